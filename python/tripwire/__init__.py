@@ -1,0 +1,55 @@
+"""tripwire: the loop guard between an agent's model and its tools.
+
+The backend is chosen once, at import, by ``TRIPWIRE_IMPLEMENTATION``: ``auto`` (the default:
+native where it is built, else the pure-Python reference), ``native`` or ``reference``.
+``tripwire.IMPLEMENTATION`` says which one is in use.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from tripwire._keys import DEFAULT_VOLATILE_KEYS, normalise
+
+
+def _choose() -> Literal["native", "reference"]:
+    wanted = os.environ.get("TRIPWIRE_IMPLEMENTATION", "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "native", "reference"):
+        raise ImportError(
+            f"TRIPWIRE_IMPLEMENTATION={wanted!r}: expected 'auto', 'native' or 'reference'"
+        )
+    if wanted == "reference":
+        return "reference"
+    try:
+        import tripwire._core  # noqa: F401
+    except ImportError:
+        if wanted == "native":
+            raise
+        return "reference"
+    return "native"
+
+
+IMPLEMENTATION: Literal["native", "reference"] = _choose()
+
+if IMPLEMENTATION == "native":
+    from tripwire._core import call_key, canonical_json
+else:
+    from tripwire.reference import call_key, canonical_json
+
+__version__: str
+try:
+    from importlib.metadata import version as _version
+
+    __version__ = _version("tripwire")
+except Exception:  # pragma: no cover - running from a source tree without metadata
+    __version__ = "0+unknown"
+
+__all__ = (
+    "DEFAULT_VOLATILE_KEYS",
+    "IMPLEMENTATION",
+    "__version__",
+    "call_key",
+    "canonical_json",
+    "normalise",
+)

@@ -1,0 +1,350 @@
+//! Walks Python values into canonical bytes (DESIGN.md §1).
+//!
+//! Exact `dict`, `list`, `str`, `int`, `float`, `bool` and `None` are written here, straight
+//! into one buffer. Everything else (tuples, subclasses, non-`str` keys, Decimal, ...) is a
+//! corner whose behaviour is whatever Python's `normalise` + `json.dumps` do, so it is handed
+//! back to the reference helpers: normalised at once (so normalise errors come in the same
+//! order as in the reference) and dumped only when the whole walk has succeeded (so dump
+//! errors come after every normalise error, as they do in the reference).
+
+use pyo3::exceptions::{PyRecursionError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyFrozenSet, PyList, PyString};
+
+use crate::canon::{self, Text};
+
+/// Same limit as `tripwire._keys.MAX_DEPTH`; a test checks that they agree.
+pub const MAX_DEPTH: usize = 256;
+
+/// The reference helpers the walker hands corners to, imported once.
+struct Helpers {
+    normalise_at: Py<PyAny>,
+    dumps_normalised: Py<PyAny>,
+    canonical_json: Py<PyAny>,
+    default_volatile: Py<PyFrozenSet>,
+}
+
+static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
+
+fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
+    HELPERS.get_or_try_init(py, || {
+        let module = py.import("tripwire._keys")?;
+        Ok(Helpers {
+            normalise_at: module.getattr("normalise_at")?.unbind(),
+            dumps_normalised: module.getattr("dumps_normalised")?.unbind(),
+            canonical_json: module.getattr("canonical_json")?.unbind(),
+            default_volatile: module
+                .getattr("DEFAULT_VOLATILE_KEYS")?
+                .cast_into::<PyFrozenSet>()?
+                .unbind(),
+        })
+    })
+}
+
+/// The dict keys to drop, held both as a Python frozenset (for the reference helpers) and as
+/// WTF-8 bytes (so exact `str` keys are tested without calling into Python).
+pub struct VolatileKeys {
+    set: Py<PyFrozenSet>,
+    names: Vec<Vec<u8>>,
+    /// False when the set holds something other than exact `str`s: such an element could
+    /// compare equal to a `str` key in ways only Python can decide, so the whole call goes
+    /// to the reference implementation.
+    only_exact_str: bool,
+}
+
+impl VolatileKeys {
+    /// `None` means the default set; anything else is an iterable replacing it.
+    pub fn from_arg(py: Python<'_>, arg: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let set = match arg {
+            None => helpers(py)?.default_volatile.bind(py).clone(),
+            Some(obj) if obj.is_none() => helpers(py)?.default_volatile.bind(py).clone(),
+            Some(obj) => {
+                if obj.is_instance_of::<PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "volatile_keys must be an iterable of keys such as {{'request_id'}}, \
+                         not a single {}",
+                        obj.get_type().name()?
+                    )));
+                }
+                PyFrozenSet::new(py, obj.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
+            }
+        };
+        let mut names = Vec::with_capacity(set.len());
+        let mut only_exact_str = true;
+        for item in set.iter() {
+            if is_exact(&item, &raw mut ffi::PyUnicode_Type) {
+                // SAFETY: checked above that `item` is an exact str.
+                let text = unsafe { item.cast_unchecked::<PyString>() };
+                names.push(wtf8_of(text)?);
+            } else {
+                only_exact_str = false;
+            }
+        }
+        Ok(VolatileKeys {
+            set: set.unbind(),
+            names,
+            only_exact_str,
+        })
+    }
+
+    fn contains(&self, key: Text<'_>) -> bool {
+        self.names
+            .iter()
+            .any(|name| key.same_as(Text::Wtf8(name)))
+    }
+}
+
+/// The code points of a `str` as WTF-8, lone surrogates included.
+fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
+    let mut out = Vec::new();
+    text_of(text)?
+        .code_points()
+        .for_each(|c| push_wtf8(&mut out, c));
+    Ok(out)
+}
+
+fn push_wtf8(out: &mut Vec<u8>, c: u32) {
+    match c {
+        0..=0x7f => out.push(c as u8),
+        0x80..=0x7ff => out.extend_from_slice(&[0xc0 | (c >> 6) as u8, 0x80 | (c & 0x3f) as u8]),
+        0x800..=0xffff => out.extend_from_slice(&[
+            0xe0 | (c >> 12) as u8,
+            0x80 | (c >> 6 & 0x3f) as u8,
+            0x80 | (c & 0x3f) as u8,
+        ]),
+        _ => out.extend_from_slice(&[
+            0xf0 | (c >> 18) as u8,
+            0x80 | (c >> 12 & 0x3f) as u8,
+            0x80 | (c >> 6 & 0x3f) as u8,
+            0x80 | (c & 0x3f) as u8,
+        ]),
+    }
+}
+
+/// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact
+/// (PyO3's `to_str` fails on those and `to_string_lossy` changes them).
+fn text_of<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Text<'a>> {
+    // SAFETY: the view borrows `text`, which the caller keeps alive while using it, and
+    // `str` objects are immutable.
+    Ok(match unsafe { text.data() }? {
+        pyo3::types::string::PyStringData::Ucs1(units) => Text::Latin1(units),
+        pyo3::types::string::PyStringData::Ucs2(units) => Text::Ucs2(units),
+        pyo3::types::string::PyStringData::Ucs4(units) => Text::Ucs4(units),
+    })
+}
+
+#[inline]
+fn is_exact(obj: &Bound<'_, PyAny>, ty: *mut ffi::PyTypeObject) -> bool {
+    std::ptr::eq(obj.get_type_ptr(), ty)
+}
+
+fn too_deep() -> PyErr {
+    PyRecursionError::new_err(format!("arguments nested deeper than {MAX_DEPTH} levels"))
+}
+
+/// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
+struct Walker<'a, 'py> {
+    py: Python<'py>,
+    volatile: &'a VolatileKeys,
+    out: Vec<u8>,
+    deferred: Vec<(usize, Bound<'py, PyAny>)>,
+}
+
+impl<'py> Walker<'_, 'py> {
+    fn value(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
+        let ty = obj.get_type_ptr();
+        if std::ptr::eq(ty, &raw mut ffi::PyUnicode_Type) {
+            // SAFETY: exact str, checked above.
+            let text = unsafe { obj.cast_unchecked::<PyString>() };
+            canon::write_collapsed_str(&mut self.out, text_of(text)?);
+        } else if std::ptr::eq(ty, &raw mut ffi::PyDict_Type) {
+            // SAFETY: exact dict, checked above.
+            self.dict(unsafe { obj.cast_unchecked::<PyDict>() }, depth)?;
+        } else if std::ptr::eq(ty, &raw mut ffi::PyList_Type) {
+            // SAFETY: exact list, checked above.
+            self.list(unsafe { obj.cast_unchecked::<PyList>() }, depth)?;
+        } else if std::ptr::eq(ty, &raw mut ffi::PyLong_Type) {
+            self.int(obj);
+        } else if std::ptr::eq(ty, &raw mut ffi::PyFloat_Type) {
+            // SAFETY: exact float, checked above.
+            canon::write_float(&mut self.out, unsafe { ffi::PyFloat_AS_DOUBLE(obj.as_ptr()) });
+        } else if obj.is_none() {
+            self.out.extend_from_slice(b"null");
+        } else if std::ptr::eq(ty, &raw mut ffi::PyBool_Type) {
+            let truth = obj.is(&pyo3::types::PyBool::new(self.py, true));
+            self.out
+                .extend_from_slice(if truth { b"true" } else { b"false" });
+        } else {
+            self.hand_to_python(obj, depth)?;
+        }
+        Ok(())
+    }
+
+    fn int(&mut self, obj: &Bound<'py, PyAny>) {
+        let mut overflow = 0;
+        // SAFETY: `obj` is an exact int; the call cannot fail for one except by overflow,
+        // which it reports in `overflow` rather than by raising.
+        let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(obj.as_ptr(), &mut overflow) };
+        if overflow == 0 {
+            canon::write_i64(&mut self.out, value);
+        } else {
+            // Beyond 64 bits: Python writes it (and raises past its digit limit, at the same
+            // point in the sequence of errors as the reference's json.dumps does).
+            self.deferred.push((self.out.len(), obj.clone()));
+        }
+    }
+
+    fn list(&mut self, list: &Bound<'py, PyList>, depth: usize) -> PyResult<()> {
+        if depth >= MAX_DEPTH {
+            return Err(too_deep());
+        }
+        self.out.push(b'[');
+        // Indexing afresh each step, as Python's own iteration does, stays safe even if a
+        // callback into Python changes the list.
+        for (i, item) in list.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            self.value(&item, depth + 1)?;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+
+    fn dict(&mut self, dict: &Bound<'py, PyDict>, depth: usize) -> PyResult<()> {
+        if depth >= MAX_DEPTH {
+            return Err(too_deep());
+        }
+        // Owned references: a callback into Python later in the walk may change the dict.
+        let mut entries: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)> =
+            Vec::with_capacity(dict.len());
+        for (key, value) in dict.iter() {
+            if !is_exact(&key, &raw mut ffi::PyUnicode_Type) {
+                // Non-str keys sort and compare as only Python knows: the whole dict goes back.
+                return self.hand_to_python(dict.as_any(), depth);
+            }
+            if value.is_none() {
+                continue;
+            }
+            // SAFETY: exact str, checked above.
+            let key = unsafe { key.cast_into_unchecked::<PyString>() };
+            if self.volatile.contains(text_of(&key)?) {
+                continue;
+            }
+            entries.push((key, value));
+        }
+        let texts = entries
+            .iter()
+            .map(|(key, _)| text_of(key))
+            .collect::<PyResult<Vec<_>>>()?;
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_unstable_by(|&a, &b| texts[a].cmp_code_points(texts[b]));
+        self.out.push(b'{');
+        for (n, &i) in order.iter().enumerate() {
+            if n > 0 {
+                self.out.push(b',');
+            }
+            canon::write_str(&mut self.out, texts[i]);
+            self.out.push(b':');
+            self.value(&entries[i].1, depth + 1)?;
+        }
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    fn hand_to_python(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
+        let normalised = helpers(self.py)?.normalise_at.bind(self.py).call1((
+            obj,
+            self.volatile.set.bind(self.py),
+            depth,
+        ))?;
+        self.deferred.push((self.out.len(), normalised));
+        Ok(())
+    }
+
+    /// The buffer with the deferred corners' JSON text spliced in.
+    fn finish(self) -> PyResult<Vec<u8>> {
+        if self.deferred.is_empty() {
+            return Ok(self.out);
+        }
+        let dumps = helpers(self.py)?.dumps_normalised.bind(self.py);
+        let mut spliced = Vec::with_capacity(self.out.len() + 16 * self.deferred.len());
+        let mut copied = 0;
+        for (at, value) in &self.deferred {
+            spliced.extend_from_slice(&self.out[copied..*at]);
+            let text = dumps.call1((value,))?;
+            // json.dumps with ensure_ascii returns ASCII, so the str's bytes are the UTF-8.
+            spliced.extend_from_slice(text.cast_into::<PyString>()?.to_str()?.as_bytes());
+            copied = *at;
+        }
+        spliced.extend_from_slice(&self.out[copied..]);
+        Ok(spliced)
+    }
+}
+
+/// The canonical bytes of one call: `{"args":<normalised args>,"tool":<name>}`.
+pub fn canonical_bytes(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+) -> PyResult<Vec<u8>> {
+    let name = name.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "tool name must be a str, not {}",
+            name.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    if !volatile.only_exact_str {
+        let helpers = helpers(py)?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("volatile_keys", volatile.set.bind(py))?;
+        let bytes = helpers
+            .canonical_json
+            .bind(py)
+            .call((name, args), Some(&kwargs))?;
+        return Ok(bytes.cast_into::<pyo3::types::PyBytes>()?.as_bytes().to_vec());
+    }
+    let mut walker = Walker {
+        py,
+        volatile,
+        out: Vec::with_capacity(128),
+        deferred: Vec::new(),
+    };
+    walker.out.extend_from_slice(b"{\"args\":");
+    walker.value(args, 0)?;
+    walker.out.extend_from_slice(b",\"tool\":");
+    canon::write_str(&mut walker.out, text_of(name)?);
+    walker.out.push(b'}');
+    walker.finish()
+}
+
+/// `call_key(name, args, /, *, volatile_keys=None) -> str`
+#[pyfunction]
+#[pyo3(signature = (name, args, /, *, volatile_keys = None))]
+pub fn call_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyAny>,
+    volatile_keys: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+    let bytes = canonical_bytes(py, name, args, &volatile)?;
+    Ok(crate::key::key_hex(crate::key::key_of(&bytes)))
+}
+
+/// `canonical_json(name, args, /, *, volatile_keys=None) -> bytes`
+#[pyfunction]
+#[pyo3(signature = (name, args, /, *, volatile_keys = None))]
+pub fn canonical_json<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyAny>,
+    volatile_keys: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+    let bytes = canonical_bytes(py, name, args, &volatile)?;
+    Ok(pyo3::types::PyBytes::new(py, &bytes))
+}
