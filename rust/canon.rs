@@ -51,9 +51,7 @@ impl<'a> Text<'a> {
     pub fn same_as(self, other: Text<'_>) -> bool {
         match (self, other) {
             (Text::Latin1(a), Text::Latin1(b)) | (Text::Wtf8(a), Text::Wtf8(b)) => a == b,
-            (Text::Latin1(a), Text::Wtf8(b)) | (Text::Wtf8(b), Text::Latin1(a))
-                if a.is_ascii() =>
-            {
+            (Text::Latin1(a), Text::Wtf8(b)) | (Text::Wtf8(b), Text::Latin1(a)) if a.is_ascii() => {
                 a == b
             }
             _ => self.code_points().eq(other.code_points()),
@@ -112,11 +110,20 @@ fn decode_wtf8(bytes: &[u8], i: usize) -> Option<(u32, usize)> {
 /// another rule, so it must not be used here.
 #[inline]
 pub fn is_python_whitespace(c: u32) -> bool {
-    match c {
-        0x09..=0x0d | 0x1c..=0x20 | 0x85 | 0xa0 => true,
-        0x1680 | 0x2000..=0x200a | 0x2028 | 0x2029 | 0x202f | 0x205f | 0x3000 => true,
-        _ => false,
-    }
+    matches!(
+        c,
+        0x09..=0x0d
+            | 0x1c..=0x20
+            | 0x85
+            | 0xa0
+            | 0x1680
+            | 0x2000..=0x200a
+            | 0x2028
+            | 0x2029
+            | 0x202f
+            | 0x205f
+            | 0x3000
+    )
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -429,7 +436,11 @@ fn write_big_integral(out: &mut Vec<u8>, f: f64) {
     let mantissa = (bits & ((1u64 << 52) - 1)) | (1u64 << 52);
     // Little-endian limbs in base 10^9, multiplied up by 2^exponent a few bits at a time.
     const BASE: u64 = 1_000_000_000;
-    let mut limbs: Vec<u64> = vec![mantissa % BASE, mantissa / BASE % BASE, mantissa / BASE / BASE];
+    let mut limbs: Vec<u64> = vec![
+        mantissa % BASE,
+        mantissa / BASE % BASE,
+        mantissa / BASE / BASE,
+    ];
     let mut remaining = exponent;
     while remaining > 0 {
         let step = remaining.min(29);
@@ -548,18 +559,30 @@ mod tests {
         assert_eq!(collapsed(Text::Latin1(b"a  b\x1cc")), "\"a b c\"");
         assert_eq!(collapsed(Text::Latin1(b" \x0b\x0c ")), "\"\"");
         assert_eq!(collapsed(Text::Latin1(b"a\xa0b\x85")), "\"a b\"");
-        assert_eq!(collapsed(Text::Ucs2(&[0x3000, 0x41, 0x2028, 0x42])), "\"A B\"");
-        assert_eq!(collapsed(Text::Latin1(b"say \"hi\"\\ ")), "\"say \\\"hi\\\"\\\\\"");
+        assert_eq!(
+            collapsed(Text::Ucs2(&[0x3000, 0x41, 0x2028, 0x42])),
+            "\"A B\""
+        );
+        assert_eq!(
+            collapsed(Text::Latin1(b"say \"hi\"\\ ")),
+            "\"say \\\"hi\\\"\\\\\""
+        );
     }
 
     #[test]
     fn escaping_matches_ensure_ascii() {
-        assert_eq!(escaped(Text::Latin1(b"\x7f\x00\x08\x0c\x1f")), "\"\\u007f\\u0000\\b\\f\\u001f\"");
+        assert_eq!(
+            escaped(Text::Latin1(b"\x7f\x00\x08\x0c\x1f")),
+            "\"\\u007f\\u0000\\b\\f\\u001f\""
+        );
         assert_eq!(escaped(Text::Latin1(b"\t\n\r ")), "\"\\t\\n\\r \"");
         assert_eq!(escaped(Text::Latin1(b"\xe9")), "\"\\u00e9\"");
         assert_eq!(escaped(Text::Ucs2(&[0xd800])), "\"\\ud800\"");
         assert_eq!(escaped(Text::Ucs4(&[0x1f600])), "\"\\ud83d\\ude00\"");
-        assert_eq!(escaped(Text::Wtf8("é😀".as_bytes())), "\"\\u00e9\\ud83d\\ude00\"");
+        assert_eq!(
+            escaped(Text::Wtf8("é😀".as_bytes())),
+            "\"\\u00e9\\ud83d\\ude00\""
+        );
         assert_eq!(escaped(Text::Wtf8(&[0xed, 0xa0, 0x80])), "\"\\ud800\"");
     }
 
@@ -567,9 +590,18 @@ mod tests {
     fn keys_compare_in_code_point_order() {
         use std::cmp::Ordering::*;
         // U+FF61 sorts after U+1F600 in UTF-16 order but before it in code-point order.
-        assert_eq!(Text::Ucs2(&[0xff61]).cmp_code_points(Text::Ucs4(&[0x1f600])), Less);
-        assert_eq!(Text::Latin1(b"ab").cmp_code_points(Text::Latin1(b"b")), Less);
-        assert_eq!(Text::Latin1(b"\xe9").cmp_code_points(Text::Ucs2(&[0xe9])), Equal);
+        assert_eq!(
+            Text::Ucs2(&[0xff61]).cmp_code_points(Text::Ucs4(&[0x1f600])),
+            Less
+        );
+        assert_eq!(
+            Text::Latin1(b"ab").cmp_code_points(Text::Latin1(b"b")),
+            Less
+        );
+        assert_eq!(
+            Text::Latin1(b"\xe9").cmp_code_points(Text::Ucs2(&[0xe9])),
+            Equal
+        );
         assert!(Text::Latin1(b"nonce").equals_str("nonce"));
         assert!(!Text::Latin1(b"nonc").equals_str("nonce"));
         assert!(Text::Ucs2(&[0xe9]).equals_str("é"));

@@ -20,7 +20,11 @@ pub fn key_hex(key: Key) -> String {
 }
 
 pub fn parse_key_hex(text: &str) -> Option<Key> {
-    if text.len() == 16 && text.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if text.len() == 16
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         u64::from_str_radix(text, 16).ok()
     } else {
         None

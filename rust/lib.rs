@@ -2,8 +2,10 @@
 //! pyo3-free modules (tested with `cargo test`) and the conversions in `py_*.rs`.
 
 pub mod canon;
+pub mod guard;
 pub mod key;
 mod py_canon;
+mod py_guard;
 
 use pyo3::prelude::*;
 
@@ -11,6 +13,10 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_canon::call_key, m)?)?;
     m.add_function(wrap_pyfunction!(py_canon::canonical_json, m)?)?;
+    m.add_class::<py_guard::Guard>()?;
+    m.add_class::<py_guard::Verdict>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
+    m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;
+    m.add("CACHE_ENTRIES", guard::CACHE_ENTRIES)?;
     Ok(())
 }

@@ -11,7 +11,8 @@ use pyo3::exceptions::{PyRecursionError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyFrozenSet, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString};
+use std::sync::Arc;
 
 use crate::canon::{self, Text};
 
@@ -27,6 +28,7 @@ struct Helpers {
 }
 
 static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
+static DEFAULT_VOLATILE: PyOnceLock<Arc<VolatileKeys>> = PyOnceLock::new();
 
 fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
     HELPERS.get_or_try_init(py, || {
@@ -56,21 +58,30 @@ pub struct VolatileKeys {
 
 impl VolatileKeys {
     /// `None` means the default set; anything else is an iterable replacing it.
-    pub fn from_arg(py: Python<'_>, arg: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let set = match arg {
-            None => helpers(py)?.default_volatile.bind(py).clone(),
-            Some(obj) if obj.is_none() => helpers(py)?.default_volatile.bind(py).clone(),
-            Some(obj) => {
-                if obj.is_instance_of::<PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
-                    return Err(PyTypeError::new_err(format!(
-                        "volatile_keys must be an iterable of keys such as {{'request_id'}}, \
-                         not a single {}",
-                        obj.get_type().name()?
-                    )));
-                }
-                PyFrozenSet::new(py, obj.try_iter()?.collect::<PyResult<Vec<_>>>()?)?
+    pub fn from_arg(py: Python<'_>, arg: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Self>> {
+        let obj = match arg {
+            Some(obj) if !obj.is_none() => obj,
+            _ => {
+                return DEFAULT_VOLATILE
+                    .get_or_try_init(py, || {
+                        let set = helpers(py)?.default_volatile.bind(py).clone();
+                        Self::from_set(set).map(Arc::new)
+                    })
+                    .cloned()
             }
         };
+        if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+            return Err(PyTypeError::new_err(format!(
+                "volatile_keys must be an iterable of keys such as {{'request_id'}}, \
+                 not a single {}",
+                obj.get_type().name()?
+            )));
+        }
+        let set = PyFrozenSet::new(py, obj.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        Self::from_set(set).map(Arc::new)
+    }
+
+    fn from_set(set: Bound<'_, PyFrozenSet>) -> PyResult<Self> {
         let mut names = Vec::with_capacity(set.len());
         let mut only_exact_str = true;
         for item in set.iter() {
@@ -90,14 +101,12 @@ impl VolatileKeys {
     }
 
     fn contains(&self, key: Text<'_>) -> bool {
-        self.names
-            .iter()
-            .any(|name| key.same_as(Text::Wtf8(name)))
+        self.names.iter().any(|name| key.same_as(Text::Wtf8(name)))
     }
 }
 
 /// The code points of a `str` as WTF-8, lone surrogates included.
-fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
+pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
     text_of(text)?
         .code_points()
@@ -125,7 +134,7 @@ fn push_wtf8(out: &mut Vec<u8>, c: u32) {
 
 /// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact
 /// (PyO3's `to_str` fails on those and `to_string_lossy` changes them).
-fn text_of<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Text<'a>> {
+pub fn text_of<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Text<'a>> {
     // SAFETY: the view borrows `text`, which the caller keeps alive while using it, and
     // `str` objects are immutable.
     Ok(match unsafe { text.data() }? {
@@ -169,11 +178,14 @@ impl<'py> Walker<'_, 'py> {
             self.int(obj);
         } else if std::ptr::eq(ty, &raw mut ffi::PyFloat_Type) {
             // SAFETY: exact float, checked above.
-            canon::write_float(&mut self.out, unsafe { ffi::PyFloat_AS_DOUBLE(obj.as_ptr()) });
+            canon::write_float(&mut self.out, unsafe {
+                ffi::PyFloat_AS_DOUBLE(obj.as_ptr())
+            });
         } else if obj.is_none() {
             self.out.extend_from_slice(b"null");
         } else if std::ptr::eq(ty, &raw mut ffi::PyBool_Type) {
-            let truth = obj.is(&pyo3::types::PyBool::new(self.py, true));
+            // SAFETY: comparing pointers only.
+            let truth = std::ptr::eq(obj.as_ptr(), unsafe { ffi::Py_True() });
             self.out
                 .extend_from_slice(if truth { b"true" } else { b"false" });
         } else {
@@ -294,7 +306,10 @@ pub fn canonical_bytes(
     let name = name.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!(
             "tool name must be a str, not {}",
-            name.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            name.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     if !volatile.only_exact_str {
@@ -305,7 +320,7 @@ pub fn canonical_bytes(
             .canonical_json
             .bind(py)
             .call((name, args), Some(&kwargs))?;
-        return Ok(bytes.cast_into::<pyo3::types::PyBytes>()?.as_bytes().to_vec());
+        return Ok(bytes.cast_into::<PyBytes>()?.as_bytes().to_vec());
     }
     let mut walker = Walker {
         py,
@@ -343,8 +358,8 @@ pub fn canonical_json<'py>(
     name: &Bound<'py, PyAny>,
     args: &Bound<'py, PyAny>,
     volatile_keys: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+) -> PyResult<Bound<'py, PyBytes>> {
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let bytes = canonical_bytes(py, name, args, &volatile)?;
-    Ok(pyo3::types::PyBytes::new(py, &bytes))
+    Ok(PyBytes::new(py, &bytes))
 }

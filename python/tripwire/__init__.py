@@ -33,9 +33,9 @@ def _choose() -> Literal["native", "reference"]:
 IMPLEMENTATION: Literal["native", "reference"] = _choose()
 
 if IMPLEMENTATION == "native":
-    from tripwire._core import call_key, canonical_json
+    from tripwire._core import Guard, Verdict, call_key, canonical_json
 else:
-    from tripwire.reference import call_key, canonical_json
+    from tripwire.reference import Guard, Verdict, call_key, canonical_json
 
 __version__: str
 try:
@@ -48,6 +48,8 @@ except Exception:  # pragma: no cover - running from a source tree without metad
 __all__ = (
     "DEFAULT_VOLATILE_KEYS",
     "IMPLEMENTATION",
+    "Guard",
+    "Verdict",
     "__version__",
     "call_key",
     "canonical_json",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
+from tripwire._guard import Guard, Verdict
 from tripwire._keys import DEFAULT_VOLATILE_KEYS, call_key, canonical_json, normalise
 
 IMPLEMENTATION: Final[Literal["reference"]] = "reference"
@@ -16,6 +17,8 @@ IMPLEMENTATION: Final[Literal["reference"]] = "reference"
 __all__ = (
     "DEFAULT_VOLATILE_KEYS",
     "IMPLEMENTATION",
+    "Guard",
+    "Verdict",
     "call_key",
     "canonical_json",
     "normalise",

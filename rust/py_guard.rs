@@ -1,0 +1,554 @@
+//! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour and
+//! messages mirror `tripwire/_guard.py`, the reference.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyMapping, PySequence, PyString};
+
+use crate::canon::Text;
+use crate::guard::{Action, Decision, Limits, Policy, Reason, Released, RunState};
+use crate::key::{key_hex, key_of, Key};
+use crate::py_canon::{canonical_bytes, text_of, wtf8_of, VolatileKeys};
+
+type State = RunState<Py<Verdict>, Py<PyAny>>;
+type ToolPolicies = HashMap<Box<[u8]>, Policy>;
+
+/// One call, validated and keyed, ready to be decided.
+struct Prepared<'py> {
+    name: Bound<'py, PyString>,
+    key: Key,
+    policy: Option<Policy>,
+    call_id: Option<CallId>,
+}
+
+const ORDINALS: [&str; 8] = [
+    "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+];
+
+fn ordinal(n: u32) -> String {
+    match n.checked_sub(1).and_then(|i| ORDINALS.get(i as usize)) {
+        Some(word) => (*word).to_string(),
+        None => format!("{n}th"),
+    }
+}
+
+/// What the guard says about one call. Immutable; `message` is built when read.
+#[pyclass(frozen, module = "tripwire", name = "Verdict")]
+pub struct Verdict {
+    action: Action,
+    reason: Option<Reason>,
+    tool: Py<PyString>,
+    key: Key,
+    repeats: u32,
+    step: u64,
+    cached: Option<Py<PyAny>>,
+    call_id: Option<Py<PyString>>,
+    duplicate_of: Option<usize>,
+    window: usize,
+    budget: Option<u64>,
+}
+
+impl Verdict {
+    fn copy(
+        &self,
+        py: Python<'_>,
+        call_id: Option<Py<PyString>>,
+        duplicate_of: Option<usize>,
+    ) -> Verdict {
+        Verdict {
+            action: self.action,
+            reason: self.reason,
+            tool: self.tool.clone_ref(py),
+            key: self.key,
+            repeats: self.repeats,
+            step: self.step,
+            cached: self.cached.as_ref().map(|c| c.clone_ref(py)),
+            call_id,
+            duplicate_of,
+            window: self.window,
+            budget: self.budget,
+        }
+    }
+}
+
+#[pymethods]
+impl Verdict {
+    #[getter]
+    fn action(&self) -> &'static str {
+        self.action.as_str()
+    }
+    #[getter]
+    fn reason(&self) -> Option<&'static str> {
+        self.reason.map(Reason::as_str)
+    }
+    #[getter]
+    fn tool(&self, py: Python<'_>) -> Py<PyString> {
+        self.tool.clone_ref(py)
+    }
+    #[getter]
+    fn key(&self) -> String {
+        key_hex(self.key)
+    }
+    #[getter]
+    fn repeats(&self) -> u32 {
+        self.repeats
+    }
+    #[getter]
+    fn step(&self) -> u64 {
+        self.step
+    }
+    #[getter]
+    fn cached(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.cached.as_ref().map(|c| c.clone_ref(py))
+    }
+    #[getter]
+    fn call_id(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.call_id.as_ref().map(|c| c.clone_ref(py))
+    }
+    #[getter]
+    fn duplicate_of(&self) -> Option<usize> {
+        self.duplicate_of
+    }
+    #[getter]
+    fn message(&self, py: Python<'_>) -> Option<String> {
+        let tool = self.tool.bind(py).to_string_lossy();
+        match (self.action, self.reason) {
+            (Action::Nudge, _) => Some(format!(
+                "This is the {} identical call to {tool} with the same arguments. Do not repeat \
+                 it. Either use different arguments, use a different tool, or report what you \
+                 have so far.",
+                ordinal(self.repeats)
+            )),
+            (Action::Stop, Some(Reason::LoopDetected)) => Some(format!(
+                "Stopped (loop_detected): {tool} was called {} times with the same arguments \
+                 within the last {} calls.",
+                self.repeats, self.window
+            )),
+            (Action::Stop, Some(Reason::BudgetExhausted)) => Some(format!(
+                "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
+                self.budget
+                    .map_or_else(|| "None".to_string(), |b| b.to_string())
+            )),
+            _ => None,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let mut extra = String::new();
+        if let Some(reason) = self.reason {
+            extra.push_str(&format!(", reason='{}'", reason.as_str()));
+        }
+        if let Some(index) = self.duplicate_of {
+            extra.push_str(&format!(", duplicate_of={index}"));
+        }
+        if self.cached.is_some() {
+            extra.push_str(", cached=...");
+        }
+        Ok(format!(
+            "Verdict(action='{}'{extra}, tool={}, key='{}', repeats={}, step={})",
+            self.action.as_str(),
+            self.tool.bind(py).repr()?,
+            key_hex(self.key),
+            self.repeats,
+            self.step
+        ))
+    }
+}
+
+/// A loop guard for one agent run.
+///
+/// `frozen` with the run state behind a `Mutex`: a guard shared by threads must lose no
+/// update, and `&mut self` methods would raise borrow errors under threads instead. The lock
+/// is never held while Python code can run (no calls into Python, and objects the state lets
+/// go of are dropped after it is released), so a callback that re-enters tripwire cannot
+/// deadlock.
+#[pyclass(frozen, module = "tripwire", name = "Guard")]
+pub struct Guard {
+    limits: Limits,
+    volatile: Arc<VolatileKeys>,
+    /// Tool name (WTF-8) to policy.
+    tools: ToolPolicies,
+    tools_repr: String,
+    state: Mutex<State>,
+}
+
+fn int_arg<T: for<'a, 'py> FromPyObject<'a, 'py>>(
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    minimum: i64,
+) -> PyResult<T> {
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
+    {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            value.get_type().name()?
+        )));
+    }
+    let as_i64: Option<i64> = value.extract().ok();
+    if as_i64.is_some_and(|v| v < minimum) {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be at least {minimum}, got {}",
+            value.repr()?
+        )));
+    }
+    value.extract().map_err(Into::into)
+}
+
+impl Guard {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic cannot happen while the lock is held (no user data is unwrapped there), but
+        // if one ever did, the state is still consistent at every await-free step: go on.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn policy_of(&self, name: &Bound<'_, PyString>) -> PyResult<Option<Policy>> {
+        if self.tools.is_empty() {
+            return Ok(None);
+        }
+        Ok(match text_of(name)? {
+            Text::Latin1(bytes) if bytes.is_ascii() => self.tools.get(bytes).copied(),
+            _ => self.tools.get(wtf8_of(name)?.as_slice()).copied(),
+        })
+    }
+
+    /// Validates and keys one call; raises before anything changes.
+    fn prepare<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyAny>,
+        call_id: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Prepared<'py>> {
+        let call_id = call_id_arg(call_id)?;
+        let key = key_of(&canonical_bytes(py, name, args, &self.volatile)?);
+        let name = name.cast::<PyString>()?.clone();
+        let policy = self.policy_of(&name)?;
+        Ok(Prepared {
+            name,
+            key,
+            policy,
+            call_id,
+        })
+    }
+
+    /// Decides one call with the state locked by the caller.
+    fn decide_locked(
+        &self,
+        py: Python<'_>,
+        state: &mut State,
+        call: &Prepared<'_>,
+        released: &mut Released<Py<Verdict>, Py<PyAny>>,
+    ) -> PyResult<Py<Verdict>> {
+        let Prepared {
+            name,
+            key,
+            policy,
+            call_id,
+        } = call;
+        let (key, policy, call_id) = (*key, *policy, call_id.as_ref());
+        if let Some(known) = state.recall(call_id.map(|c| &*c.bytes)) {
+            return Ok(known.clone_ref(py));
+        }
+        let decision: Decision = state.decide(&self.limits, key);
+        let cached = state
+            .cached(&decision, policy, key)
+            .map(|r| r.clone_ref(py));
+        // Allocating a (non-GC) object runs no Python code, so it is safe under the lock;
+        // if it fails, nothing has been changed yet.
+        let verdict = Verdict {
+            action: decision.action,
+            reason: decision.reason,
+            tool: name.clone().unbind(),
+            key,
+            repeats: decision.repeats,
+            step: decision.step,
+            cached,
+            call_id: call_id.map(|c| c.object.clone_ref(py)),
+            duplicate_of: None,
+            window: self.limits.window,
+            budget: self.limits.max_steps,
+        };
+        let latched = if decision.action == Action::Stop {
+            Some(Py::new(py, verdict.copy(py, None, None))?)
+        } else {
+            None
+        };
+        let verdict = Py::new(py, verdict)?;
+        let remembered = call_id.map(|c| (&*c.bytes, verdict.clone_ref(py)));
+        let mut more = state.commit(&self.limits, key, &decision, policy, latched, remembered);
+        released.verdicts.append(&mut more.verdicts);
+        released.results.append(&mut more.results);
+        Ok(verdict)
+    }
+}
+
+/// A call id, as the Python str and as bytes to compare without Python.
+struct CallId {
+    object: Py<PyString>,
+    bytes: Vec<u8>,
+}
+
+fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
+    match call_id {
+        None => Ok(None),
+        Some(obj) if obj.is_none() => Ok(None),
+        Some(obj) => match obj.cast::<PyString>() {
+            Ok(text) => Ok(Some(CallId {
+                bytes: wtf8_of(text)?,
+                object: text.clone().unbind(),
+            })),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "call_id must be a str or None, not {}",
+                obj.get_type().name()?
+            ))),
+        },
+    }
+}
+
+#[pymethods]
+impl Guard {
+    #[new]
+    #[pyo3(signature = (*, window = None, nudge_at = None, stop_at = None, volatile_keys = None, max_steps = None, tools = None))]
+    fn new(
+        py: Python<'_>,
+        window: Option<&Bound<'_, PyAny>>,
+        nudge_at: Option<&Bound<'_, PyAny>>,
+        stop_at: Option<&Bound<'_, PyAny>>,
+        volatile_keys: Option<&Bound<'_, PyAny>>,
+        max_steps: Option<&Bound<'_, PyAny>>,
+        tools: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Guard> {
+        let window: usize = match window {
+            Some(w) => int_arg("window", w, 1)?,
+            None => 12,
+        };
+        let nudge_at: u32 = match nudge_at {
+            Some(n) => int_arg("nudge_at", n, 2)?,
+            None => 2,
+        };
+        let stop_at: u32 = match stop_at {
+            Some(s) => int_arg("stop_at", s, 2)?,
+            None => 3,
+        };
+        let max_steps: Option<u64> = match max_steps {
+            Some(m) if !m.is_none() => Some(int_arg("max_steps", m, 1)?),
+            _ => None,
+        };
+        let limits =
+            Limits::new(window, nudge_at, stop_at, max_steps).map_err(PyValueError::new_err)?;
+        let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+        let (tools, tools_repr) = tools_arg(py, tools)?;
+        Ok(Guard {
+            limits,
+            volatile,
+            tools,
+            tools_repr,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The verdict on one call, before it is dispatched.
+    #[pyo3(signature = (name, args, /, *, call_id = None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        call_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Verdict>> {
+        let call = self.prepare(py, name, args, call_id)?;
+        let mut released = Released::default();
+        let verdict = {
+            let mut state = self.lock();
+            self.decide_locked(py, &mut state, &call, &mut released)
+        };
+        drop(released);
+        verdict
+    }
+
+    /// Verdicts for all tool calls of one model response; see the reference for the rules.
+    fn check_turn(&self, py: Python<'_>, calls: &Bound<'_, PyAny>) -> PyResult<Py<PyList>> {
+        let mut prepared = Vec::new();
+        for (index, call) in calls.try_iter()?.enumerate() {
+            let call = call?;
+            let parts = match call.cast::<PySequence>() {
+                Ok(seq)
+                    if !call.is_instance_of::<PyString>()
+                        && !call.is_instance_of::<pyo3::types::PyBytes>() =>
+                {
+                    let len = seq.len()?;
+                    (len == 2 || len == 3).then_some((seq.clone(), len))
+                }
+                _ => None,
+            };
+            let Some((seq, len)) = parts else {
+                return Err(PyTypeError::new_err(format!(
+                    "call {index} of the turn must be (name, args) or (name, args, call_id), not {}",
+                    call.get_type().name()?
+                )));
+            };
+            let name = seq.get_item(0)?;
+            let args = seq.get_item(1)?;
+            let call_id = if len == 3 {
+                Some(seq.get_item(2)?)
+            } else {
+                None
+            };
+            prepared.push(self.prepare(py, &name, &args, call_id.as_ref())?);
+        }
+        let mut released = Released::default();
+        let mut verdicts: Vec<Py<Verdict>> = Vec::with_capacity(prepared.len());
+        let result = (|| -> PyResult<()> {
+            let mut state = self.lock();
+            let mut first_of_key: HashMap<Key, usize> = HashMap::new();
+            for (index, call) in prepared.iter().enumerate() {
+                let earlier = first_of_key.get(&call.key).copied();
+                let call_id = call.call_id.as_ref();
+                let retried = call_id.is_some_and(|c| state.knows_call_id(&c.bytes));
+                match earlier {
+                    Some(first) if !retried => {
+                        let copy = verdicts[first].get().copy(
+                            py,
+                            call_id.map(|c| c.object.clone_ref(py)),
+                            Some(first),
+                        );
+                        let copy = Py::new(py, copy)?;
+                        if let Some(c) = call_id {
+                            state.remember(&c.bytes, copy.clone_ref(py), &mut released);
+                        }
+                        verdicts.push(copy);
+                    }
+                    _ => {
+                        first_of_key.entry(call.key).or_insert(index);
+                        verdicts.push(self.decide_locked(py, &mut state, call, &mut released)?);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(released);
+        result?;
+        Ok(PyList::new(py, verdicts)?.unbind())
+    }
+
+    /// Remembers the result of an allowed call to a `read` tool.
+    fn record(
+        &self,
+        py: Python<'_>,
+        verdict: &Bound<'_, PyAny>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let verdict = verdict.cast::<Verdict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "record() takes a Verdict, not {}",
+                verdict
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let verdict = verdict.get();
+        if verdict.action != Action::Allow || result.is_none() {
+            return Ok(());
+        }
+        if self.policy_of(verdict.tool.bind(py))? != Some(Policy::Read) {
+            return Ok(());
+        }
+        let released = self
+            .lock()
+            .store_result(verdict.key, result.clone().unbind());
+        drop(released);
+        Ok(())
+    }
+
+    /// Forgets the run: window, steps, stop, call ids and cached results.
+    fn reset(&self) {
+        let released = self.lock().reset();
+        drop(released);
+    }
+
+    #[getter]
+    fn steps(&self) -> u64 {
+        self.lock().steps()
+    }
+
+    #[getter]
+    fn stopped(&self) -> bool {
+        self.lock().is_stopped()
+    }
+
+    /// The window, oldest first.
+    fn keys(&self) -> Vec<String> {
+        self.lock().keys().map(key_hex).collect()
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn __repr__(&self) -> String {
+        let max_steps = self
+            .limits
+            .max_steps
+            .map_or_else(|| "None".to_string(), |m| m.to_string());
+        format!(
+            "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, steps={})",
+            self.limits.window,
+            self.limits.nudge_at,
+            self.limits.stop_at,
+            self.tools_repr,
+            self.steps()
+        )
+    }
+}
+
+/// Validates `tools=` as the reference does; returns the policies and their repr.
+fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolPolicies, String)> {
+    let mut policies = HashMap::new();
+    let checked = PyDict::new(py);
+    let Some(tools) = tools.filter(|t| !t.is_none()) else {
+        return Ok((policies, "{}".to_string()));
+    };
+    let mapping = tools.cast::<PyMapping>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "tools must be a mapping of tool name to policy, not {}",
+            tools
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    for item in mapping.items()?.iter() {
+        let (tool, policy): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let Ok(tool_name) = tool.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "tool names in tools must be str, not {}",
+                tool.get_type().name()?
+            )));
+        };
+        let parsed = policy
+            .cast::<PyString>()
+            .ok()
+            .and_then(|p| p.to_str().ok().and_then(Policy::parse));
+        let Some(parsed) = parsed else {
+            let expected: Vec<String> = Policy::NAMES.iter().map(|n| format!("'{n}'")).collect();
+            return Err(PyValueError::new_err(format!(
+                "unknown policy {} for tool {}: expected one of {}",
+                policy.repr()?,
+                tool.repr()?,
+                expected.join(", ")
+            )));
+        };
+        policies.insert(wtf8_of(tool_name)?.into_boxed_slice(), parsed);
+        checked.set_item(tool_name, Policy::NAMES[parsed as usize])?;
+    }
+    Ok((policies, checked.repr()?.to_string()))
+}
