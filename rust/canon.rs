@@ -7,6 +7,10 @@
 //! code unit arrays, or "WTF-8" bytes (UTF-8 that may also encode lone surrogates, which a
 //! Python `str` can contain and JSON text can spell as `\ud800`).
 
+/// Nesting deeper than this many dicts or lists raises RecursionError in both
+/// implementations (`tripwire._keys.MAX_DEPTH`; a test checks that they agree).
+pub const MAX_DEPTH: usize = 256;
+
 /// One string, in whatever code units its owner stores. No variant needs decoding
 /// errors handled: every one of them is a valid sequence of code points.
 #[derive(Clone, Copy, Debug)]
@@ -103,6 +107,25 @@ fn decode_wtf8(bytes: &[u8], i: usize) -> Option<(u32, usize)> {
         .iter()
         .fold(initial, |acc, &b| (acc << 6) | u32::from(b & 0x3f));
     Some((c, end - i))
+}
+
+/// Appends code point `c` as WTF-8 (surrogates encoded like any other code point).
+pub fn push_wtf8(out: &mut Vec<u8>, c: u32) {
+    match c {
+        0..=0x7f => out.push(c as u8),
+        0x80..=0x7ff => out.extend_from_slice(&[0xc0 | (c >> 6) as u8, 0x80 | (c & 0x3f) as u8]),
+        0x800..=0xffff => out.extend_from_slice(&[
+            0xe0 | (c >> 12) as u8,
+            0x80 | (c >> 6 & 0x3f) as u8,
+            0x80 | (c & 0x3f) as u8,
+        ]),
+        _ => out.extend_from_slice(&[
+            0xf0 | (c >> 18) as u8,
+            0x80 | (c >> 12 & 0x3f) as u8,
+            0x80 | (c >> 6 & 0x3f) as u8,
+            0x80 | (c & 0x3f) as u8,
+        ]),
+    }
 }
 
 /// The 29 code points on which Python's `str.split()` splits (`Py_UNICODE_ISSPACE`).

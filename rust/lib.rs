@@ -3,9 +3,11 @@
 
 pub mod canon;
 pub mod guard;
+pub mod json;
 pub mod key;
 mod py_canon;
 mod py_guard;
+mod py_json;
 
 use pyo3::prelude::*;
 
@@ -13,6 +15,8 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_canon::call_key, m)?)?;
     m.add_function(wrap_pyfunction!(py_canon::canonical_json, m)?)?;
+    m.add_function(wrap_pyfunction!(py_json::call_key_json, m)?)?;
+    m.add_function(wrap_pyfunction!(py_json::call_keys, m)?)?;
     m.add_class::<py_guard::Guard>()?;
     m.add_class::<py_guard::Verdict>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;

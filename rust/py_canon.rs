@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use crate::canon::{self, Text};
 
-/// Same limit as `tripwire._keys.MAX_DEPTH`; a test checks that they agree.
-pub const MAX_DEPTH: usize = 256;
+pub use crate::canon::MAX_DEPTH;
 
 /// The reference helpers the walker hands corners to, imported once.
 struct Helpers {
@@ -100,6 +99,19 @@ impl VolatileKeys {
         })
     }
 
+    /// The WTF-8 names of the exact-`str` keys to drop.
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.names
+    }
+
+    pub fn only_exact_str(&self) -> bool {
+        self.only_exact_str
+    }
+
+    pub fn set<'py>(&self, py: Python<'py>) -> &Bound<'py, PyFrozenSet> {
+        self.set.bind(py)
+    }
+
     fn contains(&self, key: Text<'_>) -> bool {
         self.names.iter().any(|name| key.same_as(Text::Wtf8(name)))
     }
@@ -110,26 +122,8 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
     text_of(text)?
         .code_points()
-        .for_each(|c| push_wtf8(&mut out, c));
+        .for_each(|c| canon::push_wtf8(&mut out, c));
     Ok(out)
-}
-
-fn push_wtf8(out: &mut Vec<u8>, c: u32) {
-    match c {
-        0..=0x7f => out.push(c as u8),
-        0x80..=0x7ff => out.extend_from_slice(&[0xc0 | (c >> 6) as u8, 0x80 | (c & 0x3f) as u8]),
-        0x800..=0xffff => out.extend_from_slice(&[
-            0xe0 | (c >> 12) as u8,
-            0x80 | (c >> 6 & 0x3f) as u8,
-            0x80 | (c & 0x3f) as u8,
-        ]),
-        _ => out.extend_from_slice(&[
-            0xf0 | (c >> 18) as u8,
-            0x80 | (c >> 12 & 0x3f) as u8,
-            0x80 | (c >> 6 & 0x3f) as u8,
-            0x80 | (c & 0x3f) as u8,
-        ]),
-    }
 }
 
 /// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact

@@ -12,6 +12,7 @@ use crate::canon::Text;
 use crate::guard::{Action, Decision, Limits, Policy, Reason, Released, RunState};
 use crate::key::{key_hex, key_of, Key};
 use crate::py_canon::{canonical_bytes, text_of, wtf8_of, VolatileKeys};
+use crate::py_json::{invalid_json_key, json_key};
 
 type State = RunState<Py<Verdict>, Py<PyAny>>;
 type ToolPolicies = HashMap<Box<[u8]>, Policy>;
@@ -22,6 +23,7 @@ struct Prepared<'py> {
     key: Key,
     policy: Option<Policy>,
     call_id: Option<CallId>,
+    invalid_arguments: Option<Py<PyString>>,
 }
 
 const ORDINALS: [&str; 8] = [
@@ -47,6 +49,7 @@ pub struct Verdict {
     cached: Option<Py<PyAny>>,
     call_id: Option<Py<PyString>>,
     duplicate_of: Option<usize>,
+    invalid_arguments: Option<Py<PyString>>,
     window: usize,
     budget: Option<u64>,
 }
@@ -68,6 +71,7 @@ impl Verdict {
             cached: self.cached.as_ref().map(|c| c.clone_ref(py)),
             call_id,
             duplicate_of,
+            invalid_arguments: self.invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.window,
             budget: self.budget,
         }
@@ -111,6 +115,10 @@ impl Verdict {
     #[getter]
     fn duplicate_of(&self) -> Option<usize> {
         self.duplicate_of
+    }
+    #[getter]
+    fn invalid_arguments(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.invalid_arguments.as_ref().map(|i| i.clone_ref(py))
     }
     #[getter]
     fn message(&self, py: Python<'_>) -> Option<String> {
@@ -234,6 +242,36 @@ impl Guard {
             key,
             policy,
             call_id,
+            invalid_arguments: None,
+        })
+    }
+
+    /// Validates and keys one call whose arguments are JSON text; text that is not valid
+    /// JSON keys the call by its collapsed raw text instead of raising.
+    fn prepare_json<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        text: &Bound<'py, PyAny>,
+        call_id: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Prepared<'py>> {
+        let call_id = call_id_arg(call_id)?;
+        let (key, invalid_arguments) = match json_key(py, name, text, &self.volatile) {
+            Ok(key) => (key, None),
+            Err(err) if err.is_instance_of::<PyValueError>(py) => (
+                invalid_json_key(py, name, text)?,
+                Some(err.value(py).str()?.unbind()),
+            ),
+            Err(err) => return Err(err),
+        };
+        let name = name.cast::<PyString>()?.clone();
+        let policy = self.policy_of(&name)?;
+        Ok(Prepared {
+            name,
+            key,
+            policy,
+            call_id,
+            invalid_arguments,
         })
     }
 
@@ -250,6 +288,7 @@ impl Guard {
             key,
             policy,
             call_id,
+            invalid_arguments,
         } = call;
         let (key, policy, call_id) = (*key, *policy, call_id.as_ref());
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes)) {
@@ -271,6 +310,7 @@ impl Guard {
             cached,
             call_id: call_id.map(|c| c.object.clone_ref(py)),
             duplicate_of: None,
+            invalid_arguments: invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.limits.window,
             budget: self.limits.max_steps,
         };
@@ -363,6 +403,25 @@ impl Guard {
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Verdict>> {
         let call = self.prepare(py, name, args, call_id)?;
+        let mut released = Released::default();
+        let verdict = {
+            let mut state = self.lock();
+            self.decide_locked(py, &mut state, &call, &mut released)
+        };
+        drop(released);
+        verdict
+    }
+
+    /// `check` for arguments given as JSON text (OpenAI-style `arguments`).
+    #[pyo3(signature = (name, text, /, *, call_id = None))]
+    fn check_json(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        text: &Bound<'_, PyAny>,
+        call_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Verdict>> {
+        let call = self.prepare_json(py, name, text, call_id)?;
         let mut released = Released::default();
         let verdict = {
             let mut state = self.lock();

@@ -33,9 +33,23 @@ def _choose() -> Literal["native", "reference"]:
 IMPLEMENTATION: Literal["native", "reference"] = _choose()
 
 if IMPLEMENTATION == "native":
-    from tripwire._core import Guard, Verdict, call_key, canonical_json
+    from tripwire._core import (
+        Guard,
+        Verdict,
+        call_key,
+        call_key_json,
+        call_keys,
+        canonical_json,
+    )
 else:
-    from tripwire.reference import Guard, Verdict, call_key, canonical_json
+    from tripwire.reference import (
+        Guard,
+        Verdict,
+        call_key,
+        call_key_json,
+        call_keys,
+        canonical_json,
+    )
 
 __version__: str
 try:
@@ -52,6 +66,8 @@ __all__ = (
     "Verdict",
     "__version__",
     "call_key",
+    "call_key_json",
+    "call_keys",
     "canonical_json",
     "normalise",
 )

@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from tripwire._keys import call_key, volatile_set
+from tripwire._keys import call_key, call_key_json, invalid_json_key, volatile_set
 
 Action = Literal["allow", "nudge", "stop"]
 Reason = Literal["loop_detected", "budget_exhausted"]
@@ -61,6 +61,7 @@ class Verdict:
         "cached",
         "call_id",
         "duplicate_of",
+        "invalid_arguments",
         "key",
         "reason",
         "repeats",
@@ -77,6 +78,7 @@ class Verdict:
     cached: Any
     call_id: str | None
     duplicate_of: int | None
+    invalid_arguments: str | None
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class Verdict:
         cached: Any = None,
         call_id: str | None = None,
         duplicate_of: int | None = None,
+        invalid_arguments: str | None = None,
         window: int = 12,
         budget: int | None = None,
     ) -> None:
@@ -103,6 +106,7 @@ class Verdict:
         setter(self, "cached", cached)
         setter(self, "call_id", call_id)
         setter(self, "duplicate_of", duplicate_of)
+        setter(self, "invalid_arguments", invalid_arguments)
         setter(self, "_window", window)
         setter(self, "_budget", budget)
 
@@ -125,6 +129,7 @@ class Verdict:
             "cached": self.cached,
             "call_id": self.call_id,
             "duplicate_of": self.duplicate_of,
+            "invalid_arguments": self.invalid_arguments,
             "window": self._window,
             "budget": self._budget,
         }
@@ -218,6 +223,24 @@ class Guard:
         with self._lock:
             return self._decide(name, key, call_id)
 
+    def check_json(
+        self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None
+    ) -> Verdict:
+        """``check`` for arguments given as JSON text (OpenAI-style ``arguments``).
+
+        Text that is not valid JSON does not raise: the raw text, whitespace collapsed, keys
+        the call (a model that keeps sending the same broken arguments is looping too), and
+        ``Verdict.invalid_arguments`` says what is wrong with it."""
+        _check_call_id(call_id)
+        invalid: str | None = None
+        try:
+            key = call_key_json(name, text, volatile_keys=self._volatile)
+        except ValueError as exc:
+            key = invalid_json_key(name, text)
+            invalid = str(exc)
+        with self._lock:
+            return self._decide(name, key, call_id, invalid)
+
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
 
@@ -246,7 +269,9 @@ class Guard:
                     verdicts.append(copy)
         return verdicts
 
-    def _decide(self, name: str, key: str, call_id: str | None) -> Verdict:
+    def _decide(
+        self, name: str, key: str, call_id: str | None, invalid_arguments: str | None = None
+    ) -> Verdict:
         if call_id is not None:
             remembered = self._by_call_id.get(call_id)
             if remembered is not None:
@@ -257,6 +282,7 @@ class Guard:
         repeats = self._window.count(key) + 1
         extra: dict[str, Any] = {
             "call_id": call_id,
+            "invalid_arguments": invalid_arguments,
             "window": self._window_size,
             "budget": self._max_steps,
         }

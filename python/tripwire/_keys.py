@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
@@ -89,3 +89,65 @@ def call_key(name: str, args: Any, /, *, volatile_keys: Iterable[Any] | None = N
     """16 hex digits of SHA-256 over ``canonical_json(name, args)``."""
     digest = hashlib.sha256(canonical_json(name, args, volatile_keys=volatile_keys))
     return digest.hexdigest()[:16]
+
+
+def decode_json_bytes(data: bytes | bytearray) -> str:
+    """Bytes as ``json.loads`` decodes them (UTF-8 with or without BOM, UTF-16, UTF-32)."""
+    return bytes(data).decode(json.detect_encoding(data), "surrogatepass")
+
+
+def call_key_json(
+    name: str, text: str | bytes | bytearray, /, *, volatile_keys: Iterable[Any] | None = None
+) -> str:
+    """``call_key(name, json.loads(text))``: keys OpenAI-style argument strings."""
+    check_name(name)
+    return call_key(name, json.loads(text), volatile_keys=volatile_keys)
+
+
+def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
+    """The key for arguments that are not valid JSON: the raw text, whitespace collapsed.
+    A model that keeps sending the same broken arguments is looping too."""
+    check_name(name)
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    payload = _dumps({"tool": name, "invalid_args": " ".join(text.split())}).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def check_threads(threads: object) -> None:
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int or None, not {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+
+
+def call_keys(
+    calls: Iterable[Any],
+    /,
+    *,
+    volatile_keys: Iterable[Any] | None = None,
+    threads: int | None = None,
+) -> list[str]:
+    """Keys of many ``(name, args)`` calls; ``args`` is a value or JSON text. An error names
+    the offending call's index in a note. ``threads`` is accepted for parity; the reference
+    runs on one."""
+    check_threads(threads)
+    volatile = volatile_set(volatile_keys)
+    keys: list[str] = []
+    for index, call in enumerate(calls):
+        try:
+            if isinstance(call, (str, bytes)) or not isinstance(call, Sequence) or len(call) != 2:
+                raise TypeError(
+                    f"call {index} must be a (name, args) pair, not {type(call).__name__}"
+                )
+            name, args = call[0], call[1]
+            if isinstance(args, (str, bytes, bytearray)):
+                keys.append(call_key_json(name, args, volatile_keys=volatile))
+            else:
+                keys.append(call_key(name, args, volatile_keys=volatile))
+        except Exception as exc:
+            exc.add_note(f"in call {index} of call_keys()")
+            raise
+    return keys

@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from tripwire._guard import Guard, Verdict
-from tripwire._keys import DEFAULT_VOLATILE_KEYS, call_key, canonical_json, normalise
+from tripwire._keys import (
+    DEFAULT_VOLATILE_KEYS,
+    call_key,
+    call_key_json,
+    call_keys,
+    canonical_json,
+    normalise,
+)
 
 IMPLEMENTATION: Final[Literal["reference"]] = "reference"
 
@@ -20,6 +27,8 @@ __all__ = (
     "Guard",
     "Verdict",
     "call_key",
+    "call_key_json",
+    "call_keys",
     "canonical_json",
     "normalise",
 )

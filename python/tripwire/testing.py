@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
-from decimal import Decimal
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -67,8 +66,9 @@ WHITESPACE: str = (
 # Below 2**53 every int is exactly a float, so `float(n)` is another spelling of `n`.
 _EXACT_FLOAT_LIMIT = 2**53
 
-# Python refuses to turn ints of more than 4300 digits into text (sys.int_max_str_digits);
-# 10**4299 has exactly 4300 and is the largest power of ten json.dumps still writes.
+# Python refuses to turn ints of more than 4300 digits into text (sys.int_max_str_digits),
+# so the largest drawn have 4300 digits: 10**4299 is the largest power of ten json.dumps
+# still writes. (Drawn as exponents, so that failing examples print short.)
 _BIG_INTS = (
     2**63 - 1,
     2**63,
@@ -79,9 +79,8 @@ _BIG_INTS = (
     -(2**64),
     2**200 + 1,
     -(3**300),
-    10**4299,
-    -(10**4299),
 )
+_MAX_INT_DIGITS = 4300
 
 _SPECIAL_FLOATS = (
     0.5,
@@ -206,7 +205,7 @@ def texts() -> SearchStrategy[str]:
     trailing, doubled), the words full of surrogates, astral characters and controls."""
     word = st.text(_word_chars(), min_size=1, max_size=6)
     pieces = st.lists(st.one_of(word, _whitespace_runs()), max_size=6).map("".join)
-    return st.one_of(pieces, st.sampled_from(_KEY_WORDS + ("checkout", "checkout ", "15m")))
+    return st.one_of(pieces, st.sampled_from((*_KEY_WORDS, "checkout", "checkout ", "15m")))
 
 
 def dict_keys() -> SearchStrategy[str]:
@@ -219,12 +218,22 @@ def dict_keys() -> SearchStrategy[str]:
     )
 
 
+def _power_of_ten(exponent: int) -> int:
+    return int(10**exponent)
+
+
+def _minus_power_of_ten(exponent: int) -> int:
+    return -int(10**exponent)
+
+
 def _ints() -> SearchStrategy[int]:
     return st.one_of(
         st.integers(-1000, 1000),
         st.integers(),
         st.integers(-(2**256), 2**256),
         st.sampled_from(_BIG_INTS),
+        st.integers(_MAX_INT_DIGITS - 30, _MAX_INT_DIGITS - 1).map(_power_of_ten),
+        st.integers(_MAX_INT_DIGITS - 30, _MAX_INT_DIGITS - 1).map(_minus_power_of_ten),
     )
 
 
@@ -284,9 +293,7 @@ def _exotic_leaves(unserialisable: bool) -> SearchStrategy[Any]:
     return st.one_of(*leaves)
 
 
-def _exotic_containers(
-    children: SearchStrategy[Any], unserialisable: bool
-) -> SearchStrategy[Any]:
+def _exotic_containers(children: SearchStrategy[Any], unserialisable: bool) -> SearchStrategy[Any]:
     def keyed(keys: SearchStrategy[Any]) -> SearchStrategy[dict[Any, Any]]:
         return st.dictionaries(keys, children, max_size=4)
 
@@ -330,34 +337,41 @@ def exotic_values(*, max_leaves: int = 30, unserialisable: bool = True) -> Searc
     )
 
 
+# Built once: equivalent_variants draws from these many times per example.
+_RUNS = _whitespace_runs()
+_RUNS_OR_NOTHING = _whitespace_runs(min_size=0)
+_EXTRA_KEYS = st.lists(dict_keys(), max_size=2)
+_VOLATILE_VALUES = json_values(max_leaves=3)
+
+
 def _respaced(draw: st.DrawFn, text: str) -> str:
     """Another spelling of ``text`` with the same ``" ".join(text.split())``."""
     words = text.split()
     if not words:
-        return draw(_whitespace_runs(min_size=0))
-    gaps = [draw(_whitespace_runs()) for _ in words[1:]]
+        return draw(_RUNS_OR_NOTHING)
+    gaps = [draw(_RUNS) for _ in words[1:]]
     spelled = words[0] + "".join(gap + word for gap, word in zip(gaps, words[1:], strict=True))
     if draw(st.booleans()):
-        spelled = draw(_whitespace_runs()) + spelled
+        spelled = draw(_RUNS) + spelled
     if draw(st.booleans()):
-        spelled += draw(_whitespace_runs())
+        spelled += draw(_RUNS)
     return spelled
 
 
-def _variant(draw: st.DrawFn, value: Any, volatile: tuple[str, ...]) -> Any:
+def _variant(draw: st.DrawFn, value: Any, volatile: SearchStrategy[list[str]] | None) -> Any:
     if isinstance(value, dict):
         entries = [(key, _variant(draw, item, volatile)) for key, item in value.items()]
         taken = set(value)
         # Entries that normalise drops: None values under new keys, volatile keys anywhere.
-        for key in draw(st.lists(dict_keys(), max_size=2)):
+        for key in draw(_EXTRA_KEYS):
             if key not in taken:
                 taken.add(key)
                 entries.append((key, None))
-        if volatile:
-            for key in draw(st.lists(st.sampled_from(volatile), max_size=2, unique=True)):
+        if volatile is not None:
+            for key in draw(volatile):
                 if key not in taken:
                     taken.add(key)
-                    entries.append((key, draw(json_values(max_leaves=3))))
+                    entries.append((key, draw(_VOLATILE_VALUES)))
         return dict(draw(st.permutations(entries)))
     if isinstance(value, list):
         return [_variant(draw, item, volatile) for item in value]
@@ -373,7 +387,7 @@ def _variant(draw: st.DrawFn, value: Any, volatile: tuple[str, ...]) -> Any:
 
 
 @st.composite
-def _variants(draw: st.DrawFn, args: Any, volatile: tuple[str, ...]) -> Any:
+def _variants(draw: st.DrawFn, args: Any, volatile: SearchStrategy[list[str]] | None) -> Any:
     return _variant(draw, args, volatile)
 
 
@@ -397,5 +411,6 @@ def equivalent_variants(
         raise TypeError("volatile_keys must be an iterable of keys such as {'request_id'}")
     keys = DEFAULT_VOLATILE_KEYS if volatile_keys is None else volatile_keys
     # Only str keys are added: a key of another type would make a dict's keys unsortable.
-    volatile = tuple(sorted(key for key in set(keys) if type(key) is str))
+    names = sorted(key for key in set(keys) if type(key) is str)
+    volatile = st.lists(st.sampled_from(names), max_size=2, unique=True) if names else None
     return _variants(args, volatile)

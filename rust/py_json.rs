@@ -1,0 +1,422 @@
+//! `call_key_json` and `call_keys`: keys from JSON text, parsed in Rust (`json.rs`) rather than
+//! through `json.loads`, with the GIL released for the batch.
+
+use std::borrow::Cow;
+
+use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
+
+use crate::canon::{self, Text};
+use crate::json::{self, JsonError};
+use crate::key::{key_hex, key_of, Key};
+use crate::py_canon::{canonical_bytes, text_of, wtf8_of, VolatileKeys};
+
+struct JsonHelpers {
+    decode_error: Py<PyAny>,
+    decode_bytes: Py<PyAny>,
+    invalid_json_key: Py<PyAny>,
+    call_key_json: Py<PyAny>,
+    get_int_max_str_digits: Py<PyAny>,
+}
+
+static JSON_HELPERS: PyOnceLock<JsonHelpers> = PyOnceLock::new();
+
+fn helpers(py: Python<'_>) -> PyResult<&JsonHelpers> {
+    JSON_HELPERS.get_or_try_init(py, || {
+        let keys = py.import("tripwire._keys")?;
+        Ok(JsonHelpers {
+            decode_error: py.import("json")?.getattr("JSONDecodeError")?.unbind(),
+            decode_bytes: keys.getattr("decode_json_bytes")?.unbind(),
+            invalid_json_key: keys.getattr("invalid_json_key")?.unbind(),
+            call_key_json: keys.getattr("call_key_json")?.unbind(),
+            get_int_max_str_digits: py
+                .import("sys")?
+                .getattr("get_int_max_str_digits")?
+                .unbind(),
+        })
+    })
+}
+
+/// JSON text as WTF-8, with the Python object it came from, which error messages need
+/// (decoded) as their document. `Send`, so a batch can be keyed without the GIL.
+pub struct JsonText<'py> {
+    bytes: Cow<'py, [u8]>,
+    source: Py<PyAny>,
+}
+
+impl<'py> JsonText<'py> {
+    /// Accepts what `json.loads` accepts: `str`, or `bytes`/`bytearray` in UTF-8 (with or
+    /// without a BOM), UTF-16 or UTF-32, decoded as `json.loads` decodes them.
+    pub fn from_py(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = text.cast::<PyString>() {
+            return Self::from_str(py, s.clone());
+        }
+        let mut raw: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
+            b.as_bytes().to_vec()
+        } else if let Ok(b) = text.cast::<PyByteArray>() {
+            b.to_vec()
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "the JSON object must be str, bytes or bytearray, not {}",
+                text.get_type().name()?
+            )));
+        };
+        match detect_utf8(&raw) {
+            Some(skip) if json::is_wtf8(&raw[skip..]) => {
+                raw.drain(..skip);
+                Ok(JsonText {
+                    bytes: Cow::Owned(raw),
+                    source: text.clone().unbind(),
+                })
+            }
+            // UTF-16/32, or bytes that do not decode: Python decodes (or raises) exactly as
+            // json.loads does.
+            _ => {
+                let decoded = helpers(py)?.decode_bytes.bind(py).call1((text,))?;
+                Self::from_str(py, decoded.cast_into::<PyString>()?)
+            }
+        }
+    }
+
+    fn from_str(py: Python<'py>, s: Bound<'py, PyString>) -> PyResult<Self> {
+        let bytes: Cow<'py, [u8]> = match text_of(&s)? {
+            Text::Latin1(units) if units.is_ascii() => {
+                // SAFETY: the slice borrows the str's own buffer; `source` holds a reference
+                // to the str for as long as this value lives, and str objects are immutable.
+                Cow::Borrowed(unsafe { std::slice::from_raw_parts(units.as_ptr(), units.len()) })
+            }
+            _ => Cow::Owned(wtf8_of(&s)?),
+        };
+        if bytes.starts_with("\u{feff}".as_bytes()) {
+            return Err(decode_error(
+                py,
+                "Unexpected UTF-8 BOM (decode using utf-8-sig)",
+                &s,
+                0,
+            ));
+        }
+        Ok(JsonText {
+            bytes,
+            source: s.into_any().unbind(),
+        })
+    }
+
+    /// The text as the `str` that `json.loads` would have seen.
+    fn doc(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
+        let source = self.source.bind(py);
+        if let Ok(s) = source.cast::<PyString>() {
+            return Ok(s.clone());
+        }
+        Ok(helpers(py)?
+            .decode_bytes
+            .bind(py)
+            .call1((source,))?
+            .cast_into::<PyString>()?)
+    }
+}
+
+/// The byte-order-mark length to skip when `json.detect_encoding` would pick UTF-8; `None`
+/// for UTF-16 and UTF-32.
+fn detect_utf8(b: &[u8]) -> Option<usize> {
+    let starts = |prefix: &[u8]| b.starts_with(prefix);
+    if starts(&[0, 0, 0xfe, 0xff]) || starts(&[0xff, 0xfe, 0, 0]) {
+        return None;
+    }
+    if starts(&[0xfe, 0xff]) || starts(&[0xff, 0xfe]) {
+        return None;
+    }
+    if starts(&[0xef, 0xbb, 0xbf]) {
+        return Some(3);
+    }
+    if b.len() >= 4 {
+        if b[0] == 0 || b[1] == 0 {
+            return None;
+        }
+    } else if b.len() == 2 && (b[0] == 0 || b[1] == 0) {
+        return None;
+    }
+    Some(0)
+}
+
+fn decode_error(py: Python<'_>, msg: &str, doc: &Bound<'_, PyString>, pos: usize) -> PyErr {
+    match helpers(py).and_then(|h| h.decode_error.bind(py).call1((msg, doc, pos))) {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(err) => err,
+    }
+}
+
+fn int_digit_limit(py: Python<'_>) -> PyResult<usize> {
+    let limit: usize = helpers(py)?
+        .get_int_max_str_digits
+        .bind(py)
+        .call0()?
+        .extract()?;
+    Ok(if limit == 0 { usize::MAX } else { limit })
+}
+
+/// Turns a parse error into the exception `json.loads` (or the key contract) raises.
+fn raise(py: Python<'_>, err: JsonError, text: &JsonText<'_>) -> PyErr {
+    match err {
+        JsonError::Syntax { msg, pos } => match text.doc(py) {
+            Ok(doc) => decode_error(py, msg, &doc, json::char_index(&text.bytes, pos)),
+            Err(err) => err,
+        },
+        JsonError::TooDeep => PyRecursionError::new_err(format!(
+            "arguments nested deeper than {} levels",
+            canon::MAX_DEPTH
+        )),
+        JsonError::IntTooLong { digits } => {
+            let limit = int_digit_limit(py).unwrap_or(4300);
+            PyValueError::new_err(format!(
+                "Exceeds the limit ({limit} digits) for integer string conversion: value has \
+                 {digits} digits; use sys.set_int_max_str_digits() to increase the limit"
+            ))
+        }
+    }
+}
+
+/// Canonical bytes for a call whose arguments are JSON text; raises as `json.loads` would.
+fn canonical_json_call(
+    py: Python<'_>,
+    name: Text<'_>,
+    text: &JsonText<'_>,
+    volatile: &VolatileKeys,
+) -> PyResult<Vec<u8>> {
+    let names = volatile.names();
+    match json::canonical_call(name, &text.bytes, names, json::MIN_INT_DIGIT_LIMIT) {
+        Ok(bytes) => Ok(bytes),
+        // Longer than the smallest possible limit: check against the limit in force.
+        Err(JsonError::IntTooLong { .. }) => {
+            json::canonical_call(name, &text.bytes, names, int_digit_limit(py)?)
+                .map_err(|err| raise(py, err, text))
+        }
+        Err(err) => Err(raise(py, err, text)),
+    }
+}
+
+fn name_text<'a>(name: &'a Bound<'_, PyAny>) -> PyResult<&'a Bound<'a, PyString>> {
+    name.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "tool name must be a str, not {}",
+            name.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
+}
+
+/// The key of a call whose arguments are JSON text.
+pub fn json_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    text: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+) -> PyResult<Key> {
+    let name = name_text(name)?;
+    if !volatile.only_exact_str() {
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("volatile_keys", volatile.set(py))?;
+        let hex: String = helpers(py)?
+            .call_key_json
+            .bind(py)
+            .call((name, text), Some(&kwargs))?
+            .extract()?;
+        return crate::key::parse_key_hex(&hex)
+            .ok_or_else(|| PyValueError::new_err("the reference returned a malformed key"));
+    }
+    let text = JsonText::from_py(py, text)?;
+    Ok(key_of(&canonical_json_call(
+        py,
+        text_of(name)?,
+        &text,
+        volatile,
+    )?))
+}
+
+/// The key that stands for a call whose arguments are not valid JSON: the raw text with its
+/// whitespace collapsed (a model that keeps sending the same broken arguments is looping too).
+pub fn invalid_json_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    text: &Bound<'_, PyAny>,
+) -> PyResult<Key> {
+    let hex: String = helpers(py)?
+        .invalid_json_key
+        .bind(py)
+        .call1((name, text))?
+        .extract()?;
+    crate::key::parse_key_hex(&hex).ok_or_else(|| PyValueError::new_err("malformed key"))
+}
+
+/// `call_key_json(name, text, /, *, volatile_keys=None) -> str`
+#[pyfunction]
+#[pyo3(signature = (name, text, /, *, volatile_keys = None))]
+pub fn call_key_json(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    text: &Bound<'_, PyAny>,
+    volatile_keys: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+    Ok(key_hex(json_key(py, name, text, &volatile)?))
+}
+
+/// One JSON-text call of a batch, owned so it can be keyed without the GIL.
+struct Pending<'py> {
+    index: usize,
+    name: Vec<u8>,
+    text: JsonText<'py>,
+}
+
+fn add_note(py: Python<'_>, err: PyErr, index: usize) -> PyErr {
+    let note = format!("in call {index} of call_keys()");
+    // If the note cannot be added the error itself is still the one to raise.
+    let _ = err.value(py).call_method1("add_note", (note,));
+    err
+}
+
+fn threads_arg(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    match threads {
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Some(t) if t.is_none() => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Some(t) => {
+            if t.is_instance_of::<pyo3::types::PyBool>()
+                || !t.is_instance_of::<pyo3::types::PyInt>()
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "threads must be an int or None, not {}",
+                    t.get_type().name()?
+                )));
+            }
+            let n: i64 = t.extract()?;
+            if n < 1 {
+                return Err(PyValueError::new_err(format!(
+                    "threads must be at least 1, got {n}"
+                )));
+            }
+            Ok(n as usize)
+        }
+    }
+}
+
+/// Below this much JSON text a batch runs on one thread: starting threads costs more.
+const PARALLEL_MIN_BYTES: usize = 256 * 1024;
+
+/// `call_keys(calls, /, *, volatile_keys=None, threads=None) -> list[str]`
+#[pyfunction]
+#[pyo3(signature = (calls, /, *, volatile_keys = None, threads = None))]
+pub fn call_keys<'py>(
+    py: Python<'py>,
+    calls: &Bound<'py, PyAny>,
+    volatile_keys: Option<&Bound<'py, PyAny>>,
+    threads: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let threads = threads_arg(threads)?;
+    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+    let mut keys: Vec<Key> = Vec::new();
+    let mut pending: Vec<Pending<'py>> = Vec::new();
+    // The first error met while reading the batch; JSON texts before it are still keyed, so
+    // that the error reported is the one with the lowest index, as in the reference.
+    let mut first_error: Option<(usize, PyErr)> = None;
+    for (index, call) in calls.try_iter()?.enumerate() {
+        let step = (|| -> PyResult<()> {
+            let call = call?;
+            let pair = call
+                .cast::<PySequence>()
+                .ok()
+                .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
+                .filter(|seq| seq.len().ok() == Some(2));
+            let Some(pair) = pair else {
+                return Err(PyTypeError::new_err(format!(
+                    "call {index} must be a (name, args) pair, not {}",
+                    call.get_type().name()?
+                )));
+            };
+            let (name, args) = (pair.get_item(0)?, pair.get_item(1)?);
+            let is_text = args.is_instance_of::<PyString>()
+                || args.is_instance_of::<PyBytes>()
+                || args.is_instance_of::<PyByteArray>();
+            if is_text && volatile.only_exact_str() {
+                let name_wtf8 = wtf8_of(name_text(&name)?)?;
+                pending.push(Pending {
+                    index,
+                    name: name_wtf8,
+                    text: JsonText::from_py(py, &args)?,
+                });
+                keys.push(0);
+            } else if is_text {
+                keys.push(json_key(py, &name, &args, &volatile)?);
+            } else {
+                keys.push(key_of(&canonical_bytes(py, &name, &args, &volatile)?));
+            }
+            Ok(())
+        })();
+        if let Err(err) = step {
+            first_error = Some((index, err));
+            break;
+        }
+    }
+    let names = volatile.names();
+    let results = py.detach(|| key_pending(&pending, names, threads));
+    for (item, result) in pending.iter().zip(results) {
+        match result {
+            Ok(key) => keys[item.index] = key,
+            Err(JsonError::IntTooLong { .. }) => {
+                // Recheck against the limit in force, with the GIL.
+                match canonical_json_call(py, Text::Wtf8(&item.name), &item.text, &volatile) {
+                    Ok(bytes) => keys[item.index] = key_of(&bytes),
+                    Err(err) => return Err(add_note(py, err, item.index)),
+                }
+            }
+            Err(err) => return Err(add_note(py, raise(py, err, &item.text), item.index)),
+        }
+    }
+    if let Some((index, err)) = first_error {
+        return Err(add_note(py, err, index));
+    }
+    PyList::new(py, keys.into_iter().map(key_hex))
+}
+
+/// Keys every pending call, across `threads` threads when there is enough text to share.
+fn key_pending(
+    pending: &[Pending<'_>],
+    volatile: &[Vec<u8>],
+    threads: usize,
+) -> Vec<Result<Key, JsonError>> {
+    let key_one = |item: &Pending<'_>| {
+        json::canonical_call(
+            Text::Wtf8(&item.name),
+            &item.text.bytes,
+            volatile,
+            json::MIN_INT_DIGIT_LIMIT,
+        )
+        .map(|bytes| key_of(&bytes))
+    };
+    let total: usize = pending.iter().map(|p| p.text.bytes.len()).sum();
+    if threads <= 1 || pending.len() < 2 || total < PARALLEL_MIN_BYTES {
+        return pending.iter().map(key_one).collect();
+    }
+    let chunk = pending.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = pending
+            .chunks(chunk)
+            .map(|part| {
+                let worker = scope.spawn(move || part.iter().map(key_one).collect::<Vec<_>>());
+                (part.len(), worker)
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|(len, worker)| {
+                // A worker only panics on a bug (release builds abort instead); never unwind
+                // into Python, and keep one answer per call.
+                worker
+                    .join()
+                    .unwrap_or_else(|_| vec![Err(JsonError::TooDeep); len])
+            })
+            .collect()
+    })
+}
