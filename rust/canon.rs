@@ -26,6 +26,20 @@ pub enum Text<'a> {
 }
 
 impl<'a> Text<'a> {
+    /// The number of code points.
+    pub fn len(self) -> usize {
+        match self {
+            Text::Latin1(units) => units.len(),
+            Text::Ucs2(units) => units.len(),
+            Text::Ucs4(units) => units.len(),
+            Text::Wtf8(bytes) => bytes.iter().filter(|&&b| (b & 0xc0) != 0x80).count(),
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
     /// The code points, in order.
     pub fn code_points(self) -> CodePoints<'a> {
         CodePoints { text: self, pos: 0 }
@@ -333,6 +347,13 @@ pub fn write_float(out: &mut Vec<u8>, f: f64) {
 pub fn write_float_repr(out: &mut Vec<u8>, f: f64) {
     let mut buffer = zmij::Buffer::new();
     let shortest = buffer.format_finite(f);
+    // Between 1e-4 and 1e16 (where every non-integral float lies above 1e-4) Python writes
+    // positional notation, and so does zmij when it writes no exponent: same digits, same
+    // layout, nothing to redo.
+    if f.abs() >= 1e-4 && !shortest.contains(['e', 'E']) {
+        out.extend_from_slice(shortest.as_bytes());
+        return;
+    }
     let (negative, digits, point) = split_decimal(shortest);
     if negative {
         out.push(b'-');

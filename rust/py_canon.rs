@@ -12,6 +12,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 use crate::canon::{self, Text};
@@ -49,6 +50,9 @@ fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
 pub struct VolatileKeys {
     set: Py<PyFrozenSet>,
     names: Vec<Vec<u8>>,
+    /// Bit n set when some name has n code points (n < 64): most keys are ruled out by
+    /// their length alone, without comparing text.
+    lengths: u64,
     /// False when the set holds something other than exact `str`s: such an element could
     /// compare equal to a `str` key in ways only Python can decide, so the whole call goes
     /// to the reference implementation.
@@ -92,9 +96,14 @@ impl VolatileKeys {
                 only_exact_str = false;
             }
         }
+        let lengths = names.iter().fold(0u64, |mask, name| {
+            let count = Text::Wtf8(name).code_points().count();
+            mask | if count < 64 { 1 << count } else { 1 << 63 }
+        });
         Ok(VolatileKeys {
             set: set.unbind(),
             names,
+            lengths,
             only_exact_str,
         })
     }
@@ -113,6 +122,11 @@ impl VolatileKeys {
     }
 
     fn contains(&self, key: Text<'_>) -> bool {
+        let count = key.len();
+        let bit = if count < 64 { 1u64 << count } else { 1 << 63 };
+        if self.lengths & bit == 0 {
+            return false;
+        }
         self.names.iter().any(|name| key.same_as(Text::Wtf8(name)))
     }
 }
@@ -223,10 +237,24 @@ impl<'py> Walker<'_, 'py> {
         if depth >= MAX_DEPTH {
             return Err(too_deep());
         }
-        // Owned references: a callback into Python later in the walk may change the dict.
-        let mut entries: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)> =
-            Vec::with_capacity(dict.len());
-        for (key, value) in dict.iter() {
+        // Owned references (an incref each): a callback into Python later in the walk may
+        // change the dict. Most argument dicts are small, so the entries live on the stack.
+        let mut entries: SmallVec<[(Bound<'py, PyString>, Bound<'py, PyAny>); 8]> = SmallVec::new();
+        let mut pos: ffi::Py_ssize_t = 0;
+        let mut key_ptr = std::ptr::null_mut();
+        let mut value_ptr = std::ptr::null_mut();
+        // SAFETY: `dict` is a dict; PyDict_Next hands out borrowed references that are
+        // valid until the dict changes, and each is turned into an owned one at once. No
+        // Python code runs inside this loop, so the dict cannot change during it.
+        while unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key_ptr, &mut value_ptr) }
+            != 0
+        {
+            let (key, value) = unsafe {
+                (
+                    Bound::from_borrowed_ptr(self.py, key_ptr),
+                    Bound::from_borrowed_ptr(self.py, value_ptr),
+                )
+            };
             if !is_exact(&key, &raw mut ffi::PyUnicode_Type) {
                 // Non-str keys sort and compare as only Python knows: the whole dict goes back.
                 return self.hand_to_python(dict.as_any(), depth);
@@ -241,20 +269,19 @@ impl<'py> Walker<'_, 'py> {
             }
             entries.push((key, value));
         }
-        let texts = entries
-            .iter()
-            .map(|(key, _)| text_of(key))
-            .collect::<PyResult<Vec<_>>>()?;
-        let mut order: Vec<usize> = (0..entries.len()).collect();
-        order.sort_unstable_by(|&a, &b| texts[a].cmp_code_points(texts[b]));
+        // Every key was viewed above without error, so viewing it again cannot fail.
+        fn view<'k>(key: &'k Bound<'_, PyString>) -> Text<'k> {
+            text_of(key).unwrap_or(Text::Latin1(&[]))
+        }
+        entries.sort_unstable_by(|a, b| view(&a.0).cmp_code_points(view(&b.0)));
         self.out.push(b'{');
-        for (n, &i) in order.iter().enumerate() {
+        for (n, (key, value)) in entries.iter().enumerate() {
             if n > 0 {
                 self.out.push(b',');
             }
-            canon::write_str(&mut self.out, texts[i]);
+            canon::write_str(&mut self.out, view(key));
             self.out.push(b':');
-            self.value(&entries[i].1, depth + 1)?;
+            self.value(value, depth + 1)?;
         }
         self.out.push(b'}');
         Ok(())
@@ -288,6 +315,19 @@ impl<'py> Walker<'_, 'py> {
         spliced.extend_from_slice(&self.out[copied..]);
         Ok(spliced)
     }
+}
+
+/// The tool name, which must be a `str`.
+pub fn check_name<'a, 'py>(name: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyString>> {
+    name.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "tool name must be a str, not {}",
+            name.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })
 }
 
 /// The canonical bytes of one call: `{"args":<normalised args>,"tool":<name>}`.
@@ -339,6 +379,7 @@ pub fn call_key(
     args: &Bound<'_, PyAny>,
     volatile_keys: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
+    check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let bytes = canonical_bytes(py, name, args, &volatile)?;
     Ok(crate::key::key_hex(crate::key::key_of(&bytes)))
@@ -353,6 +394,7 @@ pub fn canonical_json<'py>(
     args: &Bound<'py, PyAny>,
     volatile_keys: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let bytes = canonical_bytes(py, name, args, &volatile)?;
     Ok(PyBytes::new(py, &bytes))

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyMapping, PySequence, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyMapping, PySequence, PyString};
 
 use crate::canon::Text;
 use crate::guard::{Action, Decision, Limits, Policy, Reason, Released, RunState};
@@ -51,7 +51,8 @@ pub struct Verdict {
     duplicate_of: Option<usize>,
     invalid_arguments: Option<Py<PyString>>,
     window: usize,
-    budget: Option<u64>,
+    /// The guard's `max_steps` as the user wrote it, for the budget message.
+    budget: Option<Arc<str>>,
 }
 
 impl Verdict {
@@ -73,7 +74,7 @@ impl Verdict {
             duplicate_of,
             invalid_arguments: self.invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.window,
-            budget: self.budget,
+            budget: self.budget.clone(),
         }
     }
 }
@@ -121,27 +122,41 @@ impl Verdict {
         self.invalid_arguments.as_ref().map(|i| i.clone_ref(py))
     }
     #[getter]
-    fn message(&self, py: Python<'_>) -> Option<String> {
-        let tool = self.tool.bind(py).to_string_lossy();
-        match (self.action, self.reason) {
-            (Action::Nudge, _) => Some(format!(
-                "This is the {} identical call to {tool} with the same arguments. Do not repeat \
-                 it. Either use different arguments, use a different tool, or report what you \
-                 have so far.",
-                ordinal(self.repeats)
-            )),
-            (Action::Stop, Some(Reason::LoopDetected)) => Some(format!(
-                "Stopped (loop_detected): {tool} was called {} times with the same arguments \
-                 within the last {} calls.",
-                self.repeats, self.window
-            )),
-            (Action::Stop, Some(Reason::BudgetExhausted)) => Some(format!(
-                "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
-                self.budget
-                    .map_or_else(|| "None".to_string(), |b| b.to_string())
-            )),
-            _ => None,
-        }
+    fn message<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyString>>> {
+        // The tool name goes in as the Python str it is (it may hold lone surrogates).
+        let (before, after) = match (self.action, self.reason) {
+            (Action::Nudge, _) => (
+                format!("This is the {} identical call to ", ordinal(self.repeats)),
+                " with the same arguments. Do not repeat it. Either use different arguments, \
+                 use a different tool, or report what you have so far."
+                    .to_string(),
+            ),
+            (Action::Stop, Some(Reason::LoopDetected)) => (
+                "Stopped (loop_detected): ".to_string(),
+                format!(
+                    " was called {} times with the same arguments within the last {} calls.",
+                    self.repeats, self.window
+                ),
+            ),
+            (Action::Stop, Some(Reason::BudgetExhausted)) => {
+                let text = format!(
+                    "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
+                    self.budget.as_deref().unwrap_or("None")
+                );
+                return Ok(Some(PyString::new(py, &text)));
+            }
+            _ => return Ok(None),
+        };
+        let parts = [
+            PyString::new(py, &before),
+            self.tool.bind(py).clone(),
+            PyString::new(py, &after),
+        ];
+        Ok(Some(
+            PyString::new(py, "")
+                .call_method1("join", (parts,))?
+                .cast_into::<PyString>()?,
+        ))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -180,30 +195,89 @@ pub struct Guard {
     /// Tool name (WTF-8) to policy.
     tools: ToolPolicies,
     tools_repr: String,
+    max_steps_text: Option<Arc<str>>,
     state: Mutex<State>,
 }
 
-fn int_arg<T: for<'a, 'py> FromPyObject<'a, 'py>>(
-    name: &str,
-    value: &Bound<'_, PyAny>,
-    minimum: i64,
-) -> PyResult<T> {
-    if value.is_instance_of::<pyo3::types::PyBool>()
-        || !value.is_instance_of::<pyo3::types::PyInt>()
-    {
+/// Checks an int option as the reference does: an `int` (not a `bool`), at least `minimum`.
+/// Compared in Python, so huge values get the same message rather than an overflow.
+fn check_int(name: &str, value: &Bound<'_, PyAny>, minimum: i64) -> PyResult<()> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an int, not {}",
             value.get_type().name()?
         )));
     }
-    let as_i64: Option<i64> = value.extract().ok();
-    if as_i64.is_some_and(|v| v < minimum) {
+    if value.lt(minimum)? {
         return Err(PyValueError::new_err(format!(
             "{name} must be at least {minimum}, got {}",
-            value.repr()?
+            formatted(value)?
         )));
     }
-    value.extract().map_err(Into::into)
+    Ok(())
+}
+
+/// `f"{value}"`, as the reference's messages write numbers.
+fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    value.call_method1("__format__", ("",))?.extract::<String>()
+}
+
+/// Validates the numbers in the reference's order and with its messages, then converts them.
+fn limits_arg<'py>(
+    py: Python<'py>,
+    window: Option<&Bound<'py, PyAny>>,
+    nudge_at: Option<&Bound<'py, PyAny>>,
+    stop_at: Option<&Bound<'py, PyAny>>,
+    max_steps: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Limits> {
+    // `None` means the default, as in the reference.
+    let or_default = |value: Option<&Bound<'py, PyAny>>, default: i64| -> Bound<'py, PyAny> {
+        match value {
+            Some(v) if !v.is_none() => v.clone(),
+            _ => default
+                .into_pyobject(py)
+                .map_or_else(|e| match e {}, |v| v.into_any()),
+        }
+    };
+    let (window, nudge_at, stop_at) = (
+        or_default(window, 12),
+        or_default(nudge_at, 2),
+        or_default(stop_at, 3),
+    );
+    check_int("window", &window, 1)?;
+    check_int("nudge_at", &nudge_at, 2)?;
+    check_int("stop_at", &stop_at, 2)?;
+    if stop_at.lt(&nudge_at)? {
+        return Err(PyValueError::new_err(format!(
+            "stop_at ({}) must not be less than nudge_at ({})",
+            formatted(&stop_at)?,
+            formatted(&nudge_at)?
+        )));
+    }
+    let most = window.add(1)?;
+    if stop_at.gt(&most)? {
+        let window = formatted(&window)?;
+        return Err(PyValueError::new_err(format!(
+            "stop_at ({}) can never be reached with window={window}: a window of {window} \
+             holds at most {} occurrences, this one included",
+            formatted(&stop_at)?,
+            formatted(&most)?
+        )));
+    }
+    let max_steps = match max_steps {
+        Some(m) if !m.is_none() => {
+            check_int("max_steps", m, 1)?;
+            // Beyond 2^64 steps is no budget at all.
+            Some(m.extract::<u64>().unwrap_or(u64::MAX))
+        }
+        _ => None,
+    };
+    // Past the checks, a window too large to allocate is an OverflowError, as for the
+    // reference's deque; nudge_at and stop_at are at most window + 1, so they fit too.
+    let window: usize = window.extract()?;
+    let nudge_at: u32 = nudge_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
+    let stop_at: u32 = stop_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
+    Limits::new(window, nudge_at, stop_at, max_steps).map_err(PyValueError::new_err)
 }
 
 impl Guard {
@@ -312,7 +386,7 @@ impl Guard {
             duplicate_of: None,
             invalid_arguments: invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.limits.window,
-            budget: self.limits.max_steps,
+            budget: self.max_steps_text.clone(),
         };
         let latched = if decision.action == Action::Stop {
             Some(Py::new(py, verdict.copy(py, None, None))?)
@@ -364,24 +438,11 @@ impl Guard {
         max_steps: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Guard> {
-        let window: usize = match window {
-            Some(w) => int_arg("window", w, 1)?,
-            None => 12,
-        };
-        let nudge_at: u32 = match nudge_at {
-            Some(n) => int_arg("nudge_at", n, 2)?,
-            None => 2,
-        };
-        let stop_at: u32 = match stop_at {
-            Some(s) => int_arg("stop_at", s, 2)?,
-            None => 3,
-        };
-        let max_steps: Option<u64> = match max_steps {
-            Some(m) if !m.is_none() => Some(int_arg("max_steps", m, 1)?),
+        let limits = limits_arg(py, window, nudge_at, stop_at, max_steps)?;
+        let max_steps_text = match max_steps {
+            Some(m) if !m.is_none() => Some(Arc::from(formatted(m)?)),
             _ => None,
         };
-        let limits =
-            Limits::new(window, nudge_at, stop_at, max_steps).map_err(PyValueError::new_err)?;
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
         let (tools, tools_repr) = tools_arg(py, tools)?;
         Ok(Guard {
@@ -389,6 +450,7 @@ impl Guard {
             volatile,
             tools,
             tools_repr,
+            max_steps_text,
             state: Mutex::new(State::default()),
         })
     }
@@ -432,6 +494,7 @@ impl Guard {
     }
 
     /// Verdicts for all tool calls of one model response; see the reference for the rules.
+    #[pyo3(signature = (calls, /))]
     fn check_turn(&self, py: Python<'_>, calls: &Bound<'_, PyAny>) -> PyResult<Py<PyList>> {
         let mut prepared = Vec::new();
         for (index, call) in calls.try_iter()?.enumerate() {
@@ -497,6 +560,7 @@ impl Guard {
     }
 
     /// Remembers the result of an allowed call to a `read` tool.
+    #[pyo3(signature = (verdict, result, /))]
     fn record(
         &self,
         py: Python<'_>,
@@ -553,10 +617,7 @@ impl Guard {
     }
 
     fn __repr__(&self) -> String {
-        let max_steps = self
-            .limits
-            .max_steps
-            .map_or_else(|| "None".to_string(), |m| m.to_string());
+        let max_steps = self.max_steps_text.as_deref().unwrap_or("None");
         format!(
             "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, steps={})",
             self.limits.window,

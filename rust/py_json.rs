@@ -11,7 +11,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
 use crate::key::{key_hex, key_of, Key};
-use crate::py_canon::{canonical_bytes, text_of, wtf8_of, VolatileKeys};
+use crate::py_canon::{canonical_bytes, check_name, text_of, wtf8_of, VolatileKeys};
 
 struct JsonHelpers {
     decode_error: Py<PyAny>,
@@ -196,18 +196,6 @@ fn canonical_json_call(
     }
 }
 
-fn name_text<'a>(name: &'a Bound<'_, PyAny>) -> PyResult<&'a Bound<'a, PyString>> {
-    name.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "tool name must be a str, not {}",
-            name.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })
-}
-
 /// The key of a call whose arguments are JSON text.
 pub fn json_key(
     py: Python<'_>,
@@ -215,7 +203,7 @@ pub fn json_key(
     text: &Bound<'_, PyAny>,
     volatile: &VolatileKeys,
 ) -> PyResult<Key> {
-    let name = name_text(name)?;
+    let name = check_name(name)?;
     if !volatile.only_exact_str() {
         let kwargs = pyo3::types::PyDict::new(py);
         kwargs.set_item("volatile_keys", volatile.set(py))?;
@@ -260,6 +248,7 @@ pub fn call_key_json(
     text: &Bound<'_, PyAny>,
     volatile_keys: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<String> {
+    check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     Ok(key_hex(json_key(py, name, text, &volatile)?))
 }
@@ -340,7 +329,7 @@ pub fn call_keys<'py>(
                 || args.is_instance_of::<PyBytes>()
                 || args.is_instance_of::<PyByteArray>();
             if is_text && volatile.only_exact_str() {
-                let name_wtf8 = wtf8_of(name_text(&name)?)?;
+                let name_wtf8 = wtf8_of(check_name(&name)?)?;
                 pending.push(Pending {
                     index,
                     name: name_wtf8,

@@ -22,6 +22,7 @@ def call_keys(
     volatile_keys: Iterable[Any] | None = None,
     threads: int | None = None,
 ) -> list[str]: ...
+
 @final
 class Verdict:
     @property
@@ -49,16 +50,17 @@ class Verdict:
 
 @final
 class Guard:
-    def __init__(
-        self,
+    # None means the default: window=12, nudge_at=2, stop_at=3.
+    def __new__(
+        cls,
         *,
-        window: int = 12,
-        nudge_at: int = 2,
-        stop_at: int = 3,
+        window: int | None = None,
+        nudge_at: int | None = None,
+        stop_at: int | None = None,
         volatile_keys: Iterable[Any] | None = None,
         max_steps: int | None = None,
         tools: Mapping[str, Literal["read", "write", "volatile"]] | None = None,
-    ) -> None: ...
+    ) -> Guard: ...
     def check(self, name: str, args: Any, /, *, call_id: str | None = None) -> Verdict: ...
     def check_json(
         self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None

@@ -79,6 +79,8 @@ class Verdict:
     call_id: str | None
     duplicate_of: int | None
     invalid_arguments: str | None
+    _window: int
+    _budget: int | None
 
     def __init__(
         self,
@@ -164,7 +166,8 @@ def _check_tools(tools: Mapping[str, str] | None) -> dict[str, Policy]:
     if tools is None:
         return {}
     if not isinstance(tools, Mapping):
-        raise TypeError(f"tools must be a mapping of tool name to policy, not {type(tools).__name__}")
+        kind = type(tools).__name__
+        raise TypeError(f"tools must be a mapping of tool name to policy, not {kind}")
     checked: dict[str, Policy] = {}
     for tool, policy in tools.items():
         if not isinstance(tool, str):
@@ -191,6 +194,10 @@ class Guard:
         max_steps: int | None = None,
         tools: Mapping[str, str] | None = None,
     ) -> None:
+        # None means the default, as for volatile_keys and max_steps.
+        window = 12 if window is None else window
+        nudge_at = 2 if nudge_at is None else nudge_at
+        stop_at = 3 if stop_at is None else stop_at
         self._window_size = _check_int("window", window, 1)
         self._nudge_at = _check_int("nudge_at", nudge_at, 2)
         self._stop_at = _check_int("stop_at", stop_at, 2)

@@ -76,9 +76,7 @@ def normalise(value: Any, /, *, volatile_keys: Iterable[Any] | None = None) -> A
     return normalise_at(value, volatile_set(volatile_keys), 0)
 
 
-def canonical_json(
-    name: str, args: Any, /, *, volatile_keys: Iterable[Any] | None = None
-) -> bytes:
+def canonical_json(name: str, args: Any, /, *, volatile_keys: Iterable[Any] | None = None) -> bytes:
     """Exactly the bytes that ``call_key`` hashes."""
     check_name(name)
     normalised = normalise_at(args, volatile_set(volatile_keys), 0)
@@ -101,7 +99,8 @@ def call_key_json(
 ) -> str:
     """``call_key(name, json.loads(text))``: keys OpenAI-style argument strings."""
     check_name(name)
-    return call_key(name, json.loads(text), volatile_keys=volatile_keys)
+    volatile = volatile_set(volatile_keys)
+    return call_key(name, json.loads(text), volatile_keys=volatile)
 
 
 def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
