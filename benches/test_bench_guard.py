@@ -1,0 +1,125 @@
+"""``Guard.check`` on the seed call, in a steady state: native, reference, and native
+``call_key`` alone on the same calls (what the guard adds on top of the key).
+
+Steady state: a default guard (window 12, nudge at 2, stop at 3) fed 13 distinct seed-shaped
+calls in rotation (the seed call with ``since`` = 1m ... 13m). A key's previous occurrence is
+always 13 calls back, just out of the window, so every verdict is "allow" and the window stays
+full: the realistic hot path, with no reset or unusual thresholds in the measurement.
+
+One pytest-benchmark round is the 13 calls (a loop), in every candidate alike; the ratio
+table times the 13 calls unrolled and reports per call.
+
+Issue target: native ``check`` within 1.3x of native ``call_key``. ``test_ratios_guard``
+prints it; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import _timing
+import pytest
+import tripwire._core as native
+import tripwire.reference as reference
+from payloads import SEED
+
+CHECK_TARGET = 1.3
+
+SEED_NAME, SEED_ARGS = SEED
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    (SEED_NAME, {**SEED_ARGS, "since": f"{minutes}m"}) for minutes in range(1, 14)
+]
+
+BENCH = pytest.mark.benchmark(min_rounds=20, max_time=0.5, warmup=True, warmup_iterations=100)
+
+
+def steady_guard(module: Any) -> Any:
+    """A default guard with a full window, ready to take ``CALLS`` in rotation."""
+    guard = module.Guard()
+    for name, args in CALLS:
+        assert guard.check(name, args).action == "allow"
+    return guard
+
+
+def test_steady_state_allows() -> None:
+    """A precondition, not a timing: rotation keeps every verdict "allow", window full."""
+    for module in (native, reference):
+        guard = steady_guard(module)
+        for _ in range(5):
+            for name, args in CALLS:
+                verdict = guard.check(name, args)
+                assert (verdict.action, verdict.repeats) == ("allow", 1)
+        assert len(guard) == 12
+        assert not guard.stopped
+
+
+def _rotation(call: Callable[[str, Any], object]) -> Callable[[], None]:
+    def run() -> None:
+        for name, args in CALLS:
+            call(name, args)
+
+    return run
+
+
+@BENCH
+@pytest.mark.parametrize("candidate", ["native check", "reference check", "native call_key"])
+def test_guard(benchmark: Any, candidate: str) -> None:
+    benchmark.group = f"Guard.check seed, steady state ({len(CALLS)} calls per round)"
+    if candidate == "native check":
+        fn = steady_guard(native).check
+    elif candidate == "reference check":
+        fn = steady_guard(reference).check
+    else:
+        fn = native.call_key
+    benchmark(_rotation(fn))
+
+
+def test_ratios_guard() -> None:
+    """Prints native vs reference ``check`` and native ``check`` vs ``call_key``, per call."""
+    namespace: dict[str, Any] = {
+        "native_check": steady_guard(native).check,
+        "reference_check": steady_guard(reference).check,
+        "native_key": native.call_key,
+    }
+    for i, (name, args) in enumerate(CALLS):
+        namespace[f"n{i}"], namespace[f"a{i}"] = name, args
+
+    def unrolled(fn: str) -> str:
+        return "; ".join(f"{fn}(n{i}, a{i})" for i in range(len(CALLS)))
+
+    ns = _timing.best_ns(
+        {fn: unrolled(fn) for fn in ("native_check", "reference_check", "native_key")},
+        namespace,
+        calls_per_stmt=len(CALLS),
+    )
+    overhead = ns["native_check"] / ns["native_key"]
+    mark = "ok" if overhead <= CHECK_TARGET else "MISS"
+    header = [
+        "call",
+        "native check",
+        "reference check",
+        "native call_key",
+        "ref/native check",
+        "native check/call_key",
+    ]
+    row = [
+        "seed",
+        _timing.fmt_ns(ns["native_check"]),
+        _timing.fmt_ns(ns["reference_check"]),
+        _timing.fmt_ns(ns["native_key"]),
+        f"{ns['reference_check'] / ns['native_check']:.1f}x",
+        f"{overhead:.2f}x {mark}",
+    ]
+    _timing.report(
+        _timing.table(
+            "Guard.check (default guard, steady state, all allow): time per call and ratios",
+            header,
+            [row],
+            [
+                "ref/native check: native speed-up over the reference guard.",
+                f"native check/call_key: what the guard adds to the key (target <="
+                f" {CHECK_TARGET:g}x).",
+            ],
+        )
+    )

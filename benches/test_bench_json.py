@@ -1,0 +1,358 @@
+"""Keys from JSON text (issue #4): ``call_key_json`` and ``call_keys``.
+
+Candidates for one call, on the seed's ``get_logs`` arguments and on a ~1 KB call, as JSON text:
+
+- ``native``: ``tripwire._core.call_key_json(name, text)``.
+- ``json+reference``: ``tripwire.reference.call_key(name, json.loads(text))``, the contract.
+- ``orjson+native``: ``tripwire._core.call_key(name, orjson.loads(text))``: the fastest
+  parse-then-key you could write yourself with the native core.
+
+Candidates for a batch of 100,000 JSON texts:
+
+- ``call_keys t=1`` / ``call_keys t=2``: ``tripwire._core.call_keys(calls, threads=...)``.
+- ``native loop``: ``[tripwire._core.call_key_json(n, t) for n, t in calls]``, for context.
+- ``reference loop``: ``[tripwire.reference.call_key_json(n, t) for n, t in calls]``.
+
+Issue targets: ``call_key_json`` at least 20x faster than ``json.loads`` + reference
+``call_key`` on both calls; ``call_keys`` on one thread at least 30x faster than the reference
+loop, and faster again on two threads. ``test_ratios_*`` measure the candidates side by side
+in this process with ``time.perf_counter`` (interleaved, best of several repeats), print the
+tables (also under ``--benchmark-disable``) and assert nothing about time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import timeit
+from typing import Any
+
+import orjson
+import pytest
+import tripwire._core as native
+import tripwire.reference as reference
+
+try:  # the shared table printer of benches/conftest.py, when it is there
+    import _timing
+except ImportError:  # pragma: no cover
+    _timing = None
+
+KEY_TARGET = 20.0
+BATCH_TARGET = 30.0
+BATCH_SIZE = 100_000
+
+BENCH = pytest.mark.benchmark(min_rounds=20, max_time=0.5, warmup=True, warmup_iterations=100)
+
+SEED_CALL = ("get_logs", '{"service":"checkout","since":"15m","level":"error"}')
+
+
+def _one_kb_args() -> dict[str, Any]:
+    """A ~1 KB ``search_orders`` call: nested filters, a list of small dicts, floats (integral
+    and not), nulls, a volatile key, non-ASCII text, whitespace to collapse. Deterministic."""
+    cities = ("Zürich", "São Paulo", "Kraków", "Malmö", "東京", "Reykjavík", "Montréal", "Αθήνα")
+    return {
+        "query": "  refund   requested\tfor   damaged item  ",
+        "filters": {
+            "status": ["shipped", "delivered"],
+            "total": {"min": 10.0, "max": 250.75},
+            "created": {"from": "2024-05-01T00:00:00Z", "to": "2024-05-31T23:59:59Z"},
+            "customer": {"country": "CH", "tier": "gold", "vip": True},
+        },
+        "sort": [{"field": "created", "order": "desc"}, {"field": "total", "order": "asc"}],
+        "page": {"size": 10, "cursor": None},
+        "request_id": "req-8f14e45f",
+        "seen": [
+            {
+                "id": i,
+                "city": cities[i % len(cities)],
+                "total": round(12.5 + i * 3.17, 2),
+                "paid": i % 3 != 0,
+                "coupon": None if i % 2 else f"SPRING{i % 7}",
+            }
+            for i in range(1000, 1010)
+        ],
+    }
+
+
+# As a model sends it: json.dumps's default separators, non-ASCII as it is.
+ONE_KB_CALL = ("search_orders", json.dumps(_one_kb_args(), ensure_ascii=False))
+
+CALLS: dict[str, tuple[str, str]] = {"seed": SEED_CALL, "1kb": ONE_KB_CALL}
+
+
+def _batch(count: int) -> list[tuple[str, str]]:
+    """``count`` distinct seed-shaped calls as JSON text (~100 bytes each), deterministic."""
+    services = ("checkout", "payments", "search", "auth", "inventory", "shipping", "café")
+    levels = ("error", "warn", "info")
+    calls = []
+    for i in range(count):
+        args = {
+            "service": services[i % len(services)],
+            "since": f"{i % 60}m",
+            "level": levels[i % len(levels)],
+            "query": f"timeout  near line {i}",
+            "limit": None if i % 4 else 100,
+            "page": i,
+        }
+        separators = (",", ":") if i % 2 else (", ", ": ")
+        calls.append(("get_logs", json.dumps(args, separators=separators, ensure_ascii=i % 3 > 0)))
+    return calls
+
+
+BATCH = _batch(BATCH_SIZE)
+BATCH_BYTES = sum(len(text.encode()) for _, text in BATCH)
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+def best_ns(
+    candidates: dict[str, str],
+    namespace: dict[str, Any],
+    *,
+    repeats: int = 7,
+    seconds: float = 0.02,
+    per_stmt: int = 1,
+) -> dict[str, float]:
+    """Best time per call in ns of each statement, measured with ``time.perf_counter``.
+
+    Each repeat times every candidate once, in turn (a burst of load from elsewhere hits all
+    of them, not one), for about ``seconds``; the best repeat is kept. Statements, not
+    lambdas, so no extra Python frame is timed."""
+    timers = {
+        label: timeit.Timer(stmt, timer=time.perf_counter, globals=namespace)
+        for label, stmt in candidates.items()
+    }
+    loops: dict[str, int] = {}
+    for label, timer in timers.items():
+        number = 1
+        while True:
+            elapsed = timer.timeit(number)
+            if elapsed >= seconds / 4:
+                break
+            number *= 4
+        loops[label] = max(1, int(number * seconds / elapsed))
+    best = dict.fromkeys(timers, math.inf)
+    for _ in range(repeats):
+        for label, timer in timers.items():
+            elapsed = timer.timeit(loops[label])
+            best[label] = min(best[label], elapsed * 1e9 / loops[label] / per_stmt)
+    return best
+
+
+def fmt_ns(ns: float) -> str:
+    if ns >= 999.5e6:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 999.5e3:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 999.5:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.0f} ns"
+
+
+def table(title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([cells[0].ljust(widths[0]), *rest])
+
+    rule = "-" * len(line(header))
+    return "\n".join([title, rule, line(header), rule, *map(line, rows), rule, *notes])
+
+
+def report(text: str) -> None:
+    print("\n" + text)
+    if _timing is not None:
+        _timing.TABLES.append(text)
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, load average {load:.2f} when measured"
+
+
+# --- preconditions ---------------------------------------------------------------------------
+
+
+def test_backends_agree() -> None:
+    """Not a timing: every candidate computes the same keys."""
+    for name, text in CALLS.values():
+        want = reference.call_key(name, json.loads(text))
+        assert native.call_key_json(name, text) == want
+        assert native.call_key(name, orjson.loads(text)) == want
+    sample = BATCH[:: BATCH_SIZE // 1000]
+    want = [reference.call_key_json(name, text) for name, text in sample]
+    assert native.call_keys(sample, threads=1) == want
+    # The whole batch is well past the native parallel threshold (256 KiB of text).
+    assert BATCH_BYTES > 256 * 1024
+    assert native.call_keys(BATCH, threads=2) == native.call_keys(BATCH, threads=1)
+
+
+# --- pytest-benchmark ------------------------------------------------------------------------
+
+
+def json_reference(name: str, text: str) -> str:
+    return reference.call_key(name, json.loads(text))
+
+
+def orjson_native(name: str, text: str) -> str:
+    return native.call_key(name, orjson.loads(text))
+
+
+KEY_CANDIDATES = {
+    "native": native.call_key_json,
+    "json+reference": json_reference,
+    "orjson+native": orjson_native,
+}
+
+
+@BENCH
+@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize("candidate", list(KEY_CANDIDATES))
+def test_key_json(benchmark: Any, call: str, candidate: str) -> None:
+    name, text = CALLS[call]
+    benchmark.group = f"call_key_json {call} ({len(text.encode()):,} B of JSON)"
+    benchmark(KEY_CANDIDATES[candidate], name, text)
+
+
+def reference_loop(calls: list[tuple[str, str]]) -> list[str]:
+    return [reference.call_key_json(name, text) for name, text in calls]
+
+
+def native_loop(calls: list[tuple[str, str]]) -> list[str]:
+    return [native.call_key_json(name, text) for name, text in calls]
+
+
+BATCH_CANDIDATES = {
+    "call_keys t=1": (lambda calls: native.call_keys(calls, threads=1), 5),
+    "call_keys t=2": (lambda calls: native.call_keys(calls, threads=2), 5),
+    "native loop": (native_loop, 3),
+    "reference loop": (reference_loop, 2),
+}
+
+
+@pytest.mark.parametrize("candidate", list(BATCH_CANDIDATES))
+def test_call_keys(benchmark: Any, candidate: str) -> None:
+    benchmark.group = f"call_keys over {BATCH_SIZE:,} JSON texts ({BATCH_BYTES / 1e6:.1f} MB)"
+    function, rounds = BATCH_CANDIDATES[candidate]
+    benchmark.pedantic(function, args=(BATCH,), rounds=rounds, iterations=1, warmup_rounds=1)
+
+
+# --- ratio tables ----------------------------------------------------------------------------
+
+
+def test_ratios_key_json() -> None:
+    """Prints native call_key_json vs json.loads + reference and orjson.loads + native."""
+    header = ["call", "bytes", "native", "json+reference", "orjson+native", "ref/native"]
+    header.append("orjson/native")
+    rows = []
+    for label, (name, text) in CALLS.items():
+        namespace = {
+            "key_json": native.call_key_json,
+            "reference_key": reference.call_key,
+            "native_key": native.call_key,
+            "json_loads": json.loads,
+            "orjson_loads": orjson.loads,
+            "name": name,
+            "text": text,
+        }
+        ns = best_ns(
+            {
+                "native": "key_json(name, text)",
+                "reference": "reference_key(name, json_loads(text))",
+                "orjson": "native_key(name, orjson_loads(text))",
+            },
+            namespace,
+        )
+        speedup = ns["reference"] / ns["native"]
+        rows.append(
+            [
+                label,
+                f"{len(text.encode()):,}",
+                fmt_ns(ns["native"]),
+                fmt_ns(ns["reference"]),
+                fmt_ns(ns["orjson"]),
+                f"{speedup:.1f}x {'ok' if speedup >= KEY_TARGET else 'MISS'}",
+                f"{ns['orjson'] / ns['native']:.2f}x",
+            ]
+        )
+    report(
+        table(
+            "call_key_json: time per call (perf_counter, interleaved, best of 7)",
+            header,
+            rows,
+            [
+                f"ref/native: speed-up over json.loads + reference call_key (target >= "
+                f"{KEY_TARGET:g}x).",
+                "orjson/native: > 1 means call_key_json beats orjson.loads + native call_key.",
+                machine(),
+            ],
+        )
+    )
+
+
+def test_ratios_call_keys() -> None:
+    """Prints call_keys over 100,000 texts on 1 and 2 threads vs the reference loop."""
+    namespace = {
+        "call_keys": native.call_keys,
+        "key_json": native.call_key_json,
+        "reference_key_json": reference.call_key_json,
+        "calls": BATCH,
+    }
+    native_ns = best_ns(
+        {
+            "call_keys t=1": "call_keys(calls, threads=1)",
+            "call_keys t=2": "call_keys(calls, threads=2)",
+            "native loop": "[key_json(n, t) for n, t in calls]",
+        },
+        namespace,
+        repeats=5,
+        seconds=0.0,
+        per_stmt=BATCH_SIZE,
+    )
+    reference_ns = best_ns(
+        {"reference loop": "[reference_key_json(n, t) for n, t in calls]"},
+        namespace,
+        repeats=3,
+        seconds=0.0,
+        per_stmt=BATCH_SIZE,
+    )
+    ns = {**native_ns, **reference_ns}
+    base = ns["reference loop"]
+    one, two = ns["call_keys t=1"], ns["call_keys t=2"]
+    rows = []
+    for label, per_call in ns.items():
+        speedup = base / per_call
+        mark = ""
+        if label == "call_keys t=1":
+            mark = " ok" if speedup >= BATCH_TARGET else " MISS"
+        if label == "call_keys t=2":
+            mark = " ok" if two < one else " MISS"
+        rows.append(
+            [
+                label,
+                fmt_ns(per_call * BATCH_SIZE),
+                fmt_ns(per_call),
+                f"{BATCH_BYTES / (per_call * BATCH_SIZE) * 1e3:.0f} MB/s",
+                f"{speedup:.1f}x{mark}",
+            ]
+        )
+    report(
+        table(
+            f"call_keys over {BATCH_SIZE:,} JSON texts ({BATCH_BYTES / 1e6:.1f} MB; "
+            "perf_counter, interleaved, best of 5 (reference: 3))",
+            ["candidate", "batch", "per call", "throughput", "vs reference loop"],
+            rows,
+            [
+                f"call_keys t=1 target: >= {BATCH_TARGET:g}x the reference loop; "
+                "t=2 target: faster than t=1.",
+                f"2-thread scaling: t=1 / t=2 = {one / two:.2f}x "
+                f"(ideal 2.00x on 2 free cores); batch vs native loop: "
+                f"{ns['native loop'] / one:.2f}x on one thread.",
+                machine(),
+            ],
+        )
+    )

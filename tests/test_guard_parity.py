@@ -1,0 +1,299 @@
+"""The native and reference guards give the same verdicts for every sequence of calls.
+
+A hypothesis state machine holds one ``tripwire._core.Guard`` and one
+``tripwire.reference.Guard`` built with the same random configuration and drives both with
+the same random calls: repeats and near-repeats (same arguments, different key order,
+whitespace, volatile keys, ``None`` entries, integral floats), call-id retries, turns with
+duplicates, recorded results, resets, and bad calls. After every step every verdict field
+and the visible state must be identical.
+
+``HYPOTHESIS_PROFILE=thorough`` runs ten times as many examples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from _guards import NATIVE, NO_NATIVE, REFERENCE, VERDICT_FIELDS, deep_args, outcome, state
+from hypothesis import HealthCheck, event, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+pytestmark = pytest.mark.skipif(NATIVE is None, reason=NO_NATIVE)
+
+# -- the alphabet ---------------------------------------------------------------------------
+
+# Tools the random configurations give policies to, and one that never has a policy. Few
+# tools and few arguments, so that repeats are common.
+POLICY_TOOLS = ("get_logs", "deploy", "build_status")
+TOOL_NAMES = (*POLICY_TOOLS, "list_services")
+
+policies = st.sampled_from(("read", "write", "volatile"))
+configs = st.fixed_dictionaries(
+    {
+        "max_steps": st.none() | st.integers(1, 16),
+        # Mostly with get_logs a read, so that cached results show up.
+        "tools": st.none()
+        | st.fixed_dictionaries(
+            {"get_logs": st.sampled_from(("read", "read", "read", "write", "volatile"))},
+            optional={tool: policies for tool in POLICY_TOOLS[1:]},
+        ),
+        "volatile_keys": st.sampled_from((None, frozenset({"session"}), ("request_id",))),
+    }
+)
+
+
+@st.composite
+def limits(draw: st.DrawFn) -> dict[str, int]:
+    window = draw(st.integers(1, 15))
+    nudge_at = draw(st.integers(2, window + 1))
+    stop_at = draw(st.integers(nudge_at, window + 1))
+    return {"window": window, "nudge_at": nudge_at, "stop_at": stop_at}
+
+
+# Base arguments; each call is one of these, possibly respelled.
+BASES: tuple[Any, ...] = (
+    {"service": "checkout", "since": "15m", "level": "error"},
+    {"cursor": "p1"},
+    {"query": "refund policy", "limit": 10},
+    ["checkout", "payments"],
+)
+
+# Respellings that never change the key, except "request_id" where the configuration
+# replaces the default volatile set. "session" (drawn rarely) changes the key unless the
+# configuration makes it volatile.
+RESPELLINGS = ("reorder", "whitespace", "none_entry", "float", "nested_order", "request_id")
+
+
+def respell(base: Any, changes: frozenset[str], salt: int) -> Any:
+    """``base`` written differently; the same call unless the volatile keys say otherwise."""
+    if not isinstance(base, dict):
+        if "whitespace" in changes:
+            return [f" {item}  " for item in base]
+        return list(base)
+    items = [
+        (k, f"  {v}\t" if "whitespace" in changes and isinstance(v, str) else v)
+        for k, v in base.items()
+    ]
+    if "reorder" in changes:
+        items.reverse()
+    args = dict(items)
+    if "float" in changes and "limit" in args:
+        args["limit"] = float(args["limit"])
+    if "none_entry" in changes:
+        args["level" if "level" not in args else "region"] = None
+    if "nested_order" in changes and "service" in args:
+        args["filters"] = {"b": [1.0, {"y": None, "x": "v"}], "a": 2}
+    elif "service" in args:
+        args["filters"] = {"a": 2, "b": [1, {"x": " v "}]}
+    if "request_id" in changes:
+        args["request_id"] = f"req-{salt}"
+    if "session" in changes:
+        args["session"] = f"s{salt % 2}"
+    return args
+
+
+calls_args = st.builds(
+    respell,
+    st.sampled_from(BASES),
+    st.builds(
+        frozenset.union,
+        st.frozensets(st.sampled_from(RESPELLINGS)),
+        st.sampled_from([frozenset()] * 7 + [frozenset({"session"})]),
+    ),
+    st.integers(0, 1),
+)
+names = st.sampled_from((*TOOL_NAMES, "get_logs"))
+
+
+def _as_json(args: Any, spaced: bool, as_bytes: bool) -> str | bytes:
+    text = json.dumps(args, separators=(", ", ": ") if spaced else (",", ":"))
+    return text.encode() if as_bytes else text
+
+
+json_texts = st.one_of(
+    st.builds(_as_json, calls_args, st.booleans(), st.booleans()),
+    st.sampled_from(('{"service": "checkout",', "not json", "", '{"cursor": "p1"} trailing')),
+)
+call_ids = st.sampled_from((None, None, None, "c0", "c1", "c2", "c3", "c4"))
+turn_calls = st.lists(
+    st.one_of(
+        st.tuples(names, calls_args),
+        st.tuples(names, calls_args, call_ids),
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+# Results to record; the same object goes to both guards, so ``cached`` can be compared
+# by identity.
+RESULTS: tuple[Any, ...] = (None, [], ["error: timeout"], {"rows": 3}, "ok", 0, False)
+
+# Calls that must fail in both backends and change nothing.
+BAD_CALLS: dict[str, Any] = {
+    "set-in-args": lambda g: g.check("get_logs", {"service": {"checkout"}}),
+    "int-name": lambda g: g.check(7, {}),
+    "too-deep": lambda g: g.check("get_logs", deep_args()),
+    "int-call-id": lambda g: g.check("get_logs", {}, call_id=3),
+    "turn-bad-args": lambda g: g.check_turn(
+        [("deploy", {"v": 1}, "c0"), ("list_services", {}), ("get_logs", {"x": {1}})]
+    ),
+    "turn-bad-shape": lambda g: g.check_turn([("deploy", {"v": 1}), ("get_logs",)]),
+    "turn-bad-call-id": lambda g: g.check_turn([("deploy", {"v": 1}), ("get_logs", {}, 1.5)]),
+    "turn-str": lambda g: g.check_turn([("deploy", {"v": 1}), "get_logs"]),
+    "turn-too-deep": lambda g: g.check_turn([("deploy", {}), ("status", deep_args())]),
+    "record-not-a-verdict": lambda g: g.record({"action": "allow"}, ["x"]),
+}
+
+
+def _scale() -> int:
+    return 10 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 1
+
+
+class GuardParity(RuleBasedStateMachine):
+    """One native and one reference guard, the same calls, the same answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.native: Any = None
+        self.reference: Any = None
+        # Every verdict pair so far, to record results against and to compare identities,
+        # with the call it answered (None for JSON text).
+        self.pairs: list[tuple[Any, Any]] = []
+        self.calls: list[tuple[str, Any] | None] = []
+        self.first_seen: tuple[dict[int, int], dict[int, int]] = ({}, {})
+
+    @initialize(limits=limits(), config=configs)
+    def build(self, limits: dict[str, int], config: dict[str, Any]) -> None:
+        kwargs = {**limits, **config}
+        assert NATIVE is not None
+        self.native = NATIVE.Guard(**kwargs)
+        self.reference = REFERENCE.Guard(**kwargs)
+        assert repr(self.native) == repr(self.reference)
+
+    # -- comparing ----------------------------------------------------------------------
+
+    def agree(self, native: Any, reference: Any, call: tuple[str, Any] | None) -> None:
+        for name in VERDICT_FIELDS:
+            assert getattr(native, name) == getattr(reference, name), name
+        assert native.cached is reference.cached
+        event(f"verdict: {reference.action} {reference.reason or ''}".strip())
+        if reference.cached is not None:
+            event("verdict: served from the cache")
+        if reference.duplicate_of is not None:
+            event("verdict: duplicate within a turn")
+        # A verdict given again (a retried call id, the latched stop) is the same object in
+        # both backends, or a new one in both.
+        seen = [
+            table.get(id(verdict))
+            for table, verdict in zip(self.first_seen, (native, reference), strict=True)
+        ]
+        assert seen[0] == seen[1], "one backend handed back an earlier verdict, the other not"
+        if seen[0] is None:
+            for table, verdict in zip(self.first_seen, (native, reference), strict=True):
+                table[id(verdict)] = len(self.pairs)
+        else:
+            event("verdict: given again (retried call id or latched stop)")
+        self.pairs.append((native, reference))
+        self.calls.append(call)
+
+    def both(self, fn: Any) -> tuple[Any, Any]:
+        """``fn`` on each guard; both succeed, or both raise the same error."""
+        native = outcome(fn, self.native)
+        reference = outcome(fn, self.reference)
+        if native[0] != "ok" or reference[0] != "ok":
+            assert native == reference
+        return native[1], reference[1]
+
+    def last_call(self) -> tuple[str, Any]:
+        known = [call for call in self.calls[-5:] if call is not None]
+        return known[-1] if known else ("get_logs", BASES[0])
+
+    @invariant()
+    def states_agree(self) -> None:
+        if self.native is not None:
+            assert state(self.native) == state(self.reference)
+            assert repr(self.native) == repr(self.reference)
+
+    # -- rules ----------------------------------------------------------------------------
+
+    @rule(name=names, args=calls_args, call_id=call_ids)
+    def check(self, name: str, args: Any, call_id: str | None) -> None:
+        native, reference = self.both(lambda g: g.check(name, args, call_id=call_id))
+        self.agree(native, reference, (name, args))
+
+    @rule(
+        changes=st.frozensets(st.sampled_from(RESPELLINGS)),
+        salt=st.integers(0, 1),
+        call_id=call_ids,
+    )
+    def repeat_last(self, changes: frozenset[str], salt: int, call_id: str | None) -> None:
+        """The previous call again, respelled: how a stuck model repeats itself."""
+        name, args = self.last_call()
+        args = respell(args, changes, salt) if isinstance(args, dict) else args
+        native, reference = self.both(lambda g: g.check(name, args, call_id=call_id))
+        self.agree(native, reference, (name, args))
+
+    @precondition(lambda self: self.pairs)
+    @rule(result=st.sampled_from(RESULTS[1:]), changes=st.frozensets(st.sampled_from(RESPELLINGS)))
+    def record_and_read_again(self, result: Any, changes: frozenset[str]) -> None:
+        """What a harness does: dispatch, record the result, and later the same call."""
+        native, reference = self.pairs[-1]
+        self.native.record(native, result)
+        self.reference.record(reference, result)
+        name, args = self.last_call()
+        args = respell(args, changes, 0) if isinstance(args, dict) else args
+        native, reference = self.both(lambda g: g.check(name, args))
+        self.agree(native, reference, (name, args))
+
+    @precondition(lambda self: hasattr(self.reference, "check_json"))
+    @rule(name=names, text=json_texts, call_id=call_ids)
+    def check_json(self, name: str, text: str | bytes, call_id: str | None) -> None:
+        """Arguments as JSON text (OpenAI-style), broken text included: its key shares the
+        window with ``check``'s."""
+        native, reference = self.both(lambda g: g.check_json(name, text, call_id=call_id))
+        self.agree(native, reference, None)
+
+    @rule(calls=turn_calls)
+    def check_turn(self, calls: list[tuple[Any, ...]]) -> None:
+        native, reference = self.both(lambda g: g.check_turn(calls))
+        assert len(native) == len(reference) == len(calls)
+        for n, r, call in zip(native, reference, calls, strict=True):
+            self.agree(n, r, (call[0], call[1]))
+
+    @precondition(lambda self: self.pairs)
+    @rule(data=st.data(), result=st.sampled_from(RESULTS))
+    def record(self, data: st.DataObject, result: Any) -> None:
+        # Mostly one of the latest verdicts, as a harness would.
+        last = len(self.pairs) - 1
+        index = data.draw(st.integers(max(0, last - 3), last) | st.integers(0, last))
+        native, reference = self.pairs[index]
+        self.native.record(native, result)
+        self.reference.record(reference, result)
+
+    # A stopped guard answers nothing new, so reset it; otherwise now and then.
+    @precondition(lambda self: self.reference.stopped or self.reference.steps >= 10)
+    @rule()
+    def reset(self) -> None:
+        self.native.reset()
+        self.reference.reset()
+
+    @rule(kind=st.sampled_from(sorted(BAD_CALLS)))
+    def bad_call(self, kind: str) -> None:
+        before = state(self.reference), state(self.native)
+        native, reference = self.both(BAD_CALLS[kind])
+        assert reference[0] != "ok", kind
+        assert native[0] == reference[0], kind
+        assert (state(self.reference), state(self.native)) == before
+
+
+GuardParity.TestCase.settings = settings(
+    max_examples=100 * _scale(),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestGuardParity = GuardParity.TestCase
