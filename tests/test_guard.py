@@ -838,7 +838,7 @@ def test_len_steps_and_keys(tw: ModuleType) -> None:
     assert (len(guard), guard.steps) == (4, 6)
     assert guard.keys() == [v.key for v in verdicts[2:]]
     assert isinstance(guard.keys(), list)
-    assert all(isinstance(k, str) and len(k) == 16 for k in guard.keys())
+    assert all(isinstance(k, str) and len(k) == 16 for k in guard.keys())  # noqa: SIM118 (a Guard is not a mapping)
 
 
 # -- failed checks change nothing -----------------------------------------------------------
