@@ -225,6 +225,17 @@ static CLASS: [u8; 256] = ascii_classes();
 /// Writes `text` as a JSON string literal, quotes included, without changing its content.
 pub fn write_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
+    if let Text::Latin1(bytes) | Text::Wtf8(bytes) = text {
+        // Nearly every key: printable ASCII with nothing to escape, copied in one go.
+        if bytes
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        {
+            out.extend_from_slice(bytes);
+            out.push(b'"');
+            return;
+        }
+    }
     match text {
         Text::Latin1(bytes) | Text::Wtf8(bytes) if bytes.is_ascii() => {
             write_ascii_escaped(out, bytes)

@@ -6,14 +6,16 @@
 //! one winning) and reports the same message at the same position where it does not.
 //! Input is WTF-8: UTF-8 that may also encode lone surrogates, as a Python `str` can hold.
 
-use std::borrow::Cow;
+use smallvec::SmallVec;
 
 use crate::canon::{self, Text};
 
-/// Open containers the parser accepts before giving up with [`JsonError::TooDeep`]. About
-/// where `json.loads` hits Python's recursion limit; far more than the key contract's
-/// 256 levels, so texts with a syntax error below that still report the syntax error.
-pub const PARSE_DEPTH_LIMIT: usize = 1000;
+/// Opening a container deeper than this stops the parse with [`JsonError::TooDeep`]. Such
+/// a text may still have a key (the deep part may sit under a volatile or overwritten key),
+/// a syntax error further on, or be too deep for `json.loads` itself, which depends on the
+/// caller's Python stack: the caller hands these rare texts to `json.loads` and the
+/// reference, so that the answer is theirs. The parser never recurses deeper than this.
+pub const PARSE_DEPTH_LIMIT: usize = canon::MAX_DEPTH;
 
 /// The smallest non-zero value of Python's `sys.get_int_max_str_digits()`. Integers longer
 /// than this are reported, so the caller can check them against the limit in force.
@@ -74,30 +76,54 @@ pub fn is_wtf8(bytes: &[u8]) -> bool {
     true
 }
 
-enum Value<'a> {
-    Null,
-    Bool(bool),
-    /// The literal's text (`-?(0|[1-9][0-9]*)`), which Python's int() and str() preserve
-    /// except for `-0`.
-    Int(&'a [u8]),
-    Float(f64),
-    Str(Cow<'a, [u8]>),
-    Array(Vec<Value<'a>>),
-    Object(Vec<(Cow<'a, [u8]>, Value<'a>)>),
+/// Where a decoded string lives: in the input (no escapes) or in the scratch arena.
+#[derive(Clone, Copy)]
+enum Str {
+    Input(usize, usize),
+    Arena(usize, usize),
 }
 
-struct Parser<'a> {
+/// One member of an object being written: its key, and where its `"key":value` text sits
+/// in the output (`start == end` for a member dropped because its value is null, which
+/// still counts when a later duplicate key is resolved).
+#[derive(Clone, Copy)]
+struct Member {
+    key: Str,
+    start: usize,
+    end: usize,
+}
+
+/// Parses JSON text and writes its normalised form in the same pass, with no value tree:
+/// each object's members are written as they come and reordered only when they are not
+/// already in key order (or have duplicate keys or null values to drop).
+struct Canon<'a, 'v> {
     s: &'a [u8],
+    volatile: &'v [Vec<u8>],
+    /// Bit n set when a volatile name is n bytes long (n < 64): most keys are ruled out by
+    /// their length without comparing.
+    volatile_lengths: u64,
     int_digit_limit: usize,
+    out: Vec<u8>,
+    /// Decoded strings that had escapes; objects free theirs when they are done.
+    arena: Vec<u8>,
 }
 
-type Parsed<'a> = Result<(Value<'a>, usize), JsonError>;
+fn length_bit(len: usize) -> u64 {
+    1u64 << len.min(63)
+}
+
+fn str_bytes<'x>(input: &'x [u8], arena: &'x [u8], text: Str) -> &'x [u8] {
+    match text {
+        Str::Input(a, b) => &input[a..b],
+        Str::Arena(a, b) => &arena[a..b],
+    }
+}
 
 fn syntax<T>(msg: &'static str, pos: usize) -> Result<T, JsonError> {
     Err(JsonError::Syntax { msg, pos })
 }
 
-impl<'a> Parser<'a> {
+impl Canon<'_, '_> {
     fn skip_ws(&self, mut i: usize) -> usize {
         while i < self.s.len() && matches!(self.s[i], b' ' | b'\t' | b'\n' | b'\r') {
             i += 1;
@@ -105,47 +131,63 @@ impl<'a> Parser<'a> {
         i
     }
 
-    fn document(&self) -> Result<Value<'a>, JsonError> {
+    fn bytes(&self, text: Str) -> &[u8] {
+        str_bytes(self.s, &self.arena, text)
+    }
+
+    fn document(&mut self) -> Result<(), JsonError> {
         let start = self.skip_ws(0);
-        let (value, end) = self.value(start, 0)?;
+        let (_, end) = self.value(start, 0)?;
         let end = self.skip_ws(end);
         if end != self.s.len() {
             return syntax("Extra data", end);
         }
-        Ok(value)
+        Ok(())
     }
 
-    fn value(&self, i: usize, depth: usize) -> Parsed<'a> {
+    /// Writes the value at `i`; returns whether it was `null`, and the offset after it.
+    fn value(&mut self, i: usize, depth: usize) -> Result<(bool, usize), JsonError> {
         let s = self.s;
         let Some(&c) = s.get(i) else {
             return syntax("Expecting value", i);
         };
         let rest = &s[i..];
-        match c {
-            b'"' => self
-                .string(i + 1)
-                .map(|(text, end)| (Value::Str(text), end)),
+        let literal: (&[u8], usize) = match c {
+            b'"' => {
+                let mark = self.arena.len();
+                let (text, end) = self.string(i + 1)?;
+                let bytes = str_bytes(s, &self.arena, text);
+                canon::write_collapsed_str(&mut self.out, Text::Wtf8(bytes));
+                self.arena.truncate(mark);
+                return Ok((false, end));
+            }
             b'{' | b'[' => {
                 if depth >= PARSE_DEPTH_LIMIT {
                     return Err(JsonError::TooDeep);
                 }
-                if c == b'{' {
-                    self.object(i + 1, depth + 1)
+                let end = if c == b'{' {
+                    self.object(i + 1, depth + 1)?
                 } else {
-                    self.array(i + 1, depth + 1)
-                }
+                    self.array(i + 1, depth + 1)?
+                };
+                return Ok((false, end));
             }
-            b'n' if rest.starts_with(b"null") => Ok((Value::Null, i + 4)),
-            b't' if rest.starts_with(b"true") => Ok((Value::Bool(true), i + 4)),
-            b'f' if rest.starts_with(b"false") => Ok((Value::Bool(false), i + 5)),
-            b'N' if rest.starts_with(b"NaN") => Ok((Value::Float(f64::NAN), i + 3)),
-            b'I' if rest.starts_with(b"Infinity") => Ok((Value::Float(f64::INFINITY), i + 8)),
-            b'-' if rest.starts_with(b"-Infinity") => Ok((Value::Float(f64::NEG_INFINITY), i + 9)),
-            _ => self.number(i),
-        }
+            b'n' if rest.starts_with(b"null") => {
+                self.out.extend_from_slice(b"null");
+                return Ok((true, i + 4));
+            }
+            b't' if rest.starts_with(b"true") => (b"true", 4),
+            b'f' if rest.starts_with(b"false") => (b"false", 5),
+            b'N' if rest.starts_with(b"NaN") => (b"NaN", 3),
+            b'I' if rest.starts_with(b"Infinity") => (b"Infinity", 8),
+            b'-' if rest.starts_with(b"-Infinity") => (b"-Infinity", 9),
+            _ => return self.number(i).map(|end| (false, end)),
+        };
+        self.out.extend_from_slice(literal.0);
+        Ok((false, i + literal.1))
     }
 
-    fn number(&self, start: usize) -> Parsed<'a> {
+    fn number(&mut self, start: usize) -> Result<usize, JsonError> {
         let s = self.s;
         let len = s.len();
         let digit = |i: usize| s.get(i).is_some_and(u8::is_ascii_digit);
@@ -195,23 +237,26 @@ impl<'a> Parser<'a> {
             // The literal is ASCII by construction, and Rust's parse rounds correctly, as
             // Python's float() does; huge exponents give ±inf and tiny ones 0, as in Python.
             let text = std::str::from_utf8(literal).unwrap_or("nan");
-            let value = text.parse::<f64>().unwrap_or(f64::NAN);
-            return Ok((Value::Float(value), i));
+            canon::write_float(&mut self.out, text.parse::<f64>().unwrap_or(f64::NAN));
+            return Ok(i);
         }
         let digits = int_end - start - usize::from(s[start] == b'-');
         if digits > self.int_digit_limit {
             return Err(JsonError::IntTooLong { digits });
         }
-        Ok((Value::Int(literal), i))
+        // Python's int() then str() give back the literal, except for -0.
+        self.out
+            .extend_from_slice(if literal == b"-0" { b"0" } else { literal });
+        Ok(i)
     }
 
-    /// A string whose opening quote is at `start - 1`; returns its WTF-8 content and the
-    /// offset after the closing quote.
-    fn string(&self, start: usize) -> Result<(Cow<'a, [u8]>, usize), JsonError> {
+    /// A string whose opening quote is at `start - 1`; returns where its decoded WTF-8
+    /// content is and the offset after the closing quote.
+    fn string(&mut self, start: usize) -> Result<(Str, usize), JsonError> {
         let s = self.s;
         let len = s.len();
         let begin = start - 1;
-        let mut owned: Option<Vec<u8>> = None;
+        let mut decoded: Option<usize> = None; // arena offset, once an escape is met
         let mut chunk = start;
         let mut i = start;
         loop {
@@ -223,11 +268,11 @@ impl<'a> Parser<'a> {
             }
             match s[i] {
                 b'"' => {
-                    let text = match owned {
-                        None => Cow::Borrowed(&s[start..i]),
-                        Some(mut buffer) => {
-                            buffer.extend_from_slice(&s[chunk..i]);
-                            Cow::Owned(buffer)
+                    let text = match decoded {
+                        None => Str::Input(start, i),
+                        Some(from) => {
+                            self.arena.extend_from_slice(&s[chunk..i]);
+                            Str::Arena(from, self.arena.len())
                         }
                     };
                     return Ok((text, i + 1));
@@ -235,14 +280,14 @@ impl<'a> Parser<'a> {
                 b'\\' => {}
                 _ => return syntax("Invalid control character at", i),
             }
-            let buffer = owned.get_or_insert_with(Vec::new);
-            buffer.extend_from_slice(&s[chunk..i]);
+            decoded.get_or_insert(self.arena.len());
+            self.arena.extend_from_slice(&s[chunk..i]);
             i += 1;
             let Some(&escape) = s.get(i) else {
                 return syntax("Unterminated string starting at", begin);
             };
             if escape != b'u' {
-                buffer.push(match escape {
+                self.arena.push(match escape {
                     b'"' | b'\\' | b'/' => escape,
                     b'b' => 0x08,
                     b'f' => 0x0c,
@@ -258,10 +303,9 @@ impl<'a> Parser<'a> {
                 if end >= len {
                     return syntax("Invalid \\uXXXX escape", i);
                 }
-                let mut code = hex4(&s[first..end]).ok_or(JsonError::Syntax {
-                    msg: "Invalid \\uXXXX escape",
-                    pos: i,
-                })?;
+                let Some(mut code) = hex4(&s[first..end]) else {
+                    return syntax("Invalid \\uXXXX escape", i);
+                };
                 i = end;
                 // A high surrogate followed by an escaped low one is one character; any other
                 // surrogate stays as it is, as in Python.
@@ -270,24 +314,27 @@ impl<'a> Parser<'a> {
                     && s[end] == b'\\'
                     && s[end + 1] == b'u'
                 {
-                    let low = hex4(&s[end + 2..end + 6]).ok_or(JsonError::Syntax {
-                        msg: "Invalid \\uXXXX escape",
-                        pos: end + 1,
-                    })?;
+                    let Some(low) = hex4(&s[end + 2..end + 6]) else {
+                        return syntax("Invalid \\uXXXX escape", end + 1);
+                    };
                     if (0xdc00..=0xdfff).contains(&low) {
                         code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
                         i = end + 6;
                     }
                 }
-                canon::push_wtf8(buffer, code);
+                canon::push_wtf8(&mut self.arena, code);
             }
             chunk = i;
         }
     }
 
-    fn object(&self, start: usize, depth: usize) -> Parsed<'a> {
+    fn object(&mut self, start: usize, depth: usize) -> Result<usize, JsonError> {
         let s = self.s;
-        let mut entries = Vec::new();
+        let arena_mark = self.arena.len();
+        self.out.push(b'{');
+        let region = self.out.len();
+        let mut members: SmallVec<[Member; 8]> = SmallVec::new();
+        let mut in_order = true;
         let mut i = self.skip_ws(start);
         if s.get(i) != Some(&b'}') {
             loop {
@@ -300,8 +347,36 @@ impl<'a> Parser<'a> {
                     return syntax("Expecting ':' delimiter", i);
                 }
                 i = self.skip_ws(i + 1);
-                let (value, after_value) = self.value(i, depth)?;
-                entries.push((key, value));
+                let with_comma = self.out.len();
+                if with_comma > region {
+                    self.out.push(b',');
+                }
+                let member_start = self.out.len();
+                let key_text = Text::Wtf8(str_bytes(self.s, &self.arena, key));
+                canon::write_str(&mut self.out, key_text);
+                self.out.push(b':');
+                let (null, after_value) = self.value(i, depth)?;
+                let key_bytes = self.bytes(key);
+                let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
+                    && self.volatile.iter().any(|v| v.as_slice() == key_bytes);
+                if volatile {
+                    // Every member with this key goes, so it needs no tombstone.
+                    self.out.truncate(with_comma);
+                } else {
+                    if null {
+                        // Left out; recorded empty, since a duplicate key may follow.
+                        self.out.truncate(with_comma);
+                    }
+                    let end = if null { member_start } else { self.out.len() };
+                    if let Some(last) = members.last() {
+                        in_order &= self.bytes(last.key) < self.bytes(key);
+                    }
+                    members.push(Member {
+                        key,
+                        start: member_start,
+                        end,
+                    });
+                }
                 i = self.skip_ws(after_value);
                 if s.get(i) == Some(&b'}') {
                     break;
@@ -312,17 +387,54 @@ impl<'a> Parser<'a> {
                 i = self.skip_ws(i + 1);
             }
         }
-        Ok((Value::Object(entries), i + 1))
+        if !in_order {
+            self.reorder(region, &mut members);
+        }
+        self.arena.truncate(arena_mark);
+        self.out.push(b'}');
+        Ok(i + 1)
     }
 
-    fn array(&self, start: usize, depth: usize) -> Parsed<'a> {
+    /// Rewrites the members written from `region` on in key order (code-point order, which
+    /// is WTF-8 byte order), keeping only the last of duplicate keys (as `json.loads` does)
+    /// and leaving out the ones whose value is null.
+    fn reorder(&mut self, region: usize, members: &mut [Member]) {
+        // A stable sort keeps duplicates in text order, so the last of each run is the one
+        // `json.loads` keeps.
+        members.sort_by(|a, b| self.bytes(a.key).cmp(self.bytes(b.key)));
+        // Most objects are small: their text is moved through the stack, not the heap.
+        let spare: SmallVec<[u8; 512]> = SmallVec::from_slice(&self.out[region..]);
+        self.out.truncate(region);
+        let mut first = true;
+        for n in 0..members.len() {
+            let member = members[n];
+            let superseded = members
+                .get(n + 1)
+                .is_some_and(|next| self.bytes(next.key) == self.bytes(member.key));
+            if superseded || member.start == member.end {
+                continue;
+            }
+            if !first {
+                self.out.push(b',');
+            }
+            first = false;
+            self.out
+                .extend_from_slice(&spare[member.start - region..member.end - region]);
+        }
+    }
+
+    fn array(&mut self, start: usize, depth: usize) -> Result<usize, JsonError> {
         let s = self.s;
-        let mut items = Vec::new();
+        self.out.push(b'[');
         let mut i = self.skip_ws(start);
         if s.get(i) != Some(&b']') {
+            let mut first = true;
             loop {
-                let (value, after) = self.value(i, depth)?;
-                items.push(value);
+                if !first {
+                    self.out.push(b',');
+                }
+                first = false;
+                let (_, after) = self.value(i, depth)?;
                 i = self.skip_ws(after);
                 if s.get(i) == Some(&b']') {
                     break;
@@ -333,7 +445,8 @@ impl<'a> Parser<'a> {
                 i = self.skip_ws(i + 1);
             }
         }
-        Ok((Value::Array(items), i + 1))
+        self.out.push(b']');
+        Ok(i + 1)
     }
 }
 
@@ -344,97 +457,49 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
-/// Writes the normalised form of a parsed value (DESIGN.md §1).
-struct Writer<'v> {
-    volatile: &'v [Vec<u8>],
-    out: Vec<u8>,
-}
-
-impl Writer<'_> {
-    fn value(&mut self, value: &mut Value<'_>, depth: usize) -> Result<(), JsonError> {
-        match value {
-            Value::Null => self.out.extend_from_slice(b"null"),
-            Value::Bool(true) => self.out.extend_from_slice(b"true"),
-            Value::Bool(false) => self.out.extend_from_slice(b"false"),
-            Value::Int(literal) => {
-                let literal: &[u8] = if *literal == b"-0" { b"0" } else { literal };
-                self.out.extend_from_slice(literal);
-            }
-            Value::Float(f) => canon::write_float(&mut self.out, *f),
-            Value::Str(text) => canon::write_collapsed_str(&mut self.out, Text::Wtf8(text)),
-            Value::Array(items) => {
-                if depth >= canon::MAX_DEPTH {
-                    return Err(JsonError::TooDeep);
-                }
-                self.out.push(b'[');
-                for (n, item) in items.iter_mut().enumerate() {
-                    if n > 0 {
-                        self.out.push(b',');
-                    }
-                    self.value(item, depth + 1)?;
-                }
-                self.out.push(b']');
-            }
-            Value::Object(entries) => {
-                if depth >= canon::MAX_DEPTH {
-                    return Err(JsonError::TooDeep);
-                }
-                // Stable, so that among duplicate keys the last one written stays last: it is
-                // the one `json.loads` keeps. WTF-8 byte order is code-point order.
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                self.out.push(b'{');
-                let mut first = true;
-                for i in 0..entries.len() {
-                    let is_last_of_key =
-                        entries.get(i + 1).is_none_or(|next| next.0 != entries[i].0);
-                    let (key, value) = &mut entries[i];
-                    if !is_last_of_key
-                        || matches!(value, Value::Null)
-                        || self.volatile.iter().any(|v| v.as_slice() == &**key)
-                    {
-                        continue;
-                    }
-                    if !first {
-                        self.out.push(b',');
-                    }
-                    first = false;
-                    canon::write_str(&mut self.out, Text::Wtf8(key));
-                    self.out.push(b':');
-                    self.value(value, depth + 1)?;
-                }
-                self.out.push(b'}');
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The canonical bytes of `{"tool": name, "args": json.loads(text)}` after normalising.
+/// The canonical bytes of `{"tool": name, "args": json.loads(text)}` after normalising,
+/// appended to `out`.
 ///
 /// `text` must be WTF-8 (the caller decodes and checks bytes as `json.loads` would);
 /// `volatile` holds the WTF-8 names of the keys to drop; integers longer than
 /// `int_digit_limit` digits are refused as Python refuses them.
+pub fn canonical_call_into(
+    out: Vec<u8>,
+    name: Text<'_>,
+    text: &[u8],
+    volatile: &[Vec<u8>],
+    int_digit_limit: usize,
+) -> Result<Vec<u8>, JsonError> {
+    let mut canon = Canon {
+        s: text,
+        volatile,
+        int_digit_limit,
+        out,
+        arena: Vec::new(),
+        volatile_lengths: volatile.iter().fold(0, |m, v| m | length_bit(v.len())),
+    };
+    canon.out.extend_from_slice(b"{\"args\":");
+    canon.document()?;
+    canon.out.extend_from_slice(b",\"tool\":");
+    canon::write_str(&mut canon.out, name);
+    canon.out.push(b'}');
+    Ok(canon.out)
+}
+
+/// [`canonical_call_into`] a new buffer.
 pub fn canonical_call(
     name: Text<'_>,
     text: &[u8],
     volatile: &[Vec<u8>],
     int_digit_limit: usize,
 ) -> Result<Vec<u8>, JsonError> {
-    let parser = Parser {
-        s: text,
-        int_digit_limit,
-    };
-    let mut value = parser.document()?;
-    let mut writer = Writer {
+    canonical_call_into(
+        Vec::with_capacity(text.len() + 32),
+        name,
+        text,
         volatile,
-        out: Vec::with_capacity(text.len() + 32),
-    };
-    writer.out.extend_from_slice(b"{\"args\":");
-    writer.value(&mut value, 0)?;
-    writer.out.extend_from_slice(b",\"tool\":");
-    canon::write_str(&mut writer.out, name);
-    writer.out.push(b'}');
-    Ok(writer.out)
+        int_digit_limit,
+    )
 }
 
 #[cfg(test)]
@@ -531,10 +596,10 @@ mod tests {
         assert!(canonical(&ok).is_ok());
         let too_deep = format!("{}{}", "[".repeat(257), "]".repeat(257));
         assert_eq!(canonical(&too_deep), Err(JsonError::TooDeep));
-        let invalid_deep = format!("{}x", "[".repeat(300));
+        let error_first = format!("[1 {}", "[".repeat(300));
         assert!(matches!(
-            canonical(&invalid_deep),
-            Err(JsonError::Syntax { .. })
+            canonical(&error_first),
+            Err(JsonError::Syntax { pos: 3, .. })
         ));
         let long = "9".repeat(4301);
         assert_eq!(

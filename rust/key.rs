@@ -16,7 +16,17 @@ pub fn key_of(canonical: &[u8]) -> Key {
 
 /// The key as users see it: 16 lowercase hex digits, the prefix of the SHA-256 hexdigest.
 pub fn key_hex(key: Key) -> String {
-    format!("{key:016x}")
+    key_hex_ascii(&mut [0; 16], key).to_string()
+}
+
+/// The key's 16 hex digits, written into `buffer` without allocating.
+pub fn key_hex_ascii(buffer: &mut [u8; 16], key: Key) -> &str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, digit) in buffer.iter_mut().enumerate() {
+        *digit = HEX[(key >> (60 - 4 * i) & 0xf) as usize];
+    }
+    // Hex digits are ASCII.
+    std::str::from_utf8(buffer).unwrap_or_default()
 }
 
 pub fn parse_key_hex(text: &str) -> Option<Key> {

@@ -16,6 +16,7 @@ use smallvec::SmallVec;
 use std::sync::Arc;
 
 use crate::canon::{self, Text};
+use crate::key::{key_of, Key};
 
 pub use crate::canon::MAX_DEPTH;
 
@@ -143,8 +144,18 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
 /// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact
 /// (PyO3's `to_str` fails on those and `to_string_lossy` changes them).
 pub fn text_of<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Text<'a>> {
-    // SAFETY: the view borrows `text`, which the caller keeps alive while using it, and
-    // `str` objects are immutable.
+    let ptr = text.as_ptr();
+    // SAFETY: `ptr` is a str. A compact ASCII str (nearly every key and most values) keeps
+    // its characters right after its header; the view borrows `text`, which the caller
+    // keeps alive while using it, and str objects are immutable.
+    unsafe {
+        if ffi::PyUnicode_IS_COMPACT_ASCII(ptr) != 0 {
+            let len = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
+            let data = ffi::PyUnicode_DATA(ptr) as *const u8;
+            return Ok(Text::Latin1(std::slice::from_raw_parts(data, len)));
+        }
+    }
+    // SAFETY: as above.
     Ok(match unsafe { text.data() }? {
         pyo3::types::string::PyStringData::Ucs1(units) => Text::Latin1(units),
         pyo3::types::string::PyStringData::Ucs2(units) => Text::Ucs2(units),
@@ -221,13 +232,16 @@ impl<'py> Walker<'_, 'py> {
             return Err(too_deep());
         }
         self.out.push(b'[');
-        // Indexing afresh each step, as Python's own iteration does, stays safe even if a
-        // callback into Python changes the list.
-        for (i, item) in list.iter().enumerate() {
+        // The length is read afresh at each step, as Python's own iteration does: a callback
+        // into Python may grow or shrink the list, and the reference sees those items.
+        let mut i = 0;
+        while i < list.len() {
             if i > 0 {
                 self.out.push(b',');
             }
+            let item = list.get_item(i)?;
             self.value(&item, depth + 1)?;
+            i += 1;
         }
         self.out.push(b']');
         Ok(())
@@ -337,15 +351,48 @@ pub fn canonical_bytes(
     args: &Bound<'_, PyAny>,
     volatile: &VolatileKeys,
 ) -> PyResult<Vec<u8>> {
-    let name = name.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "tool name must be a str, not {}",
-            name.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
+    write_canonical(py, name, args, volatile, Vec::with_capacity(128))
+}
+
+thread_local! {
+    /// One output buffer a thread, reused from call to call: most keys then cost no
+    /// allocation. Taken out while in use, so a re-entrant call simply gets a fresh one.
+    static BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Buffers larger than this are not kept for the next call.
+const KEPT_BUFFER_BYTES: usize = 1 << 20;
+
+/// The key of canonical bytes written by `write` into this thread's reused buffer.
+pub fn key_with_buffer<E>(write: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, E>) -> Result<Key, E> {
+    let mut buffer = BUFFER.with(|b| b.take());
+    buffer.clear();
+    let bytes = write(buffer)?;
+    let key = key_of(&bytes);
+    if bytes.capacity() <= KEPT_BUFFER_BYTES {
+        BUFFER.with(|b| b.set(bytes));
+    }
+    Ok(key)
+}
+
+/// The key of one call.
+pub fn canonical_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+) -> PyResult<Key> {
+    key_with_buffer(|buffer| write_canonical(py, name, args, volatile, buffer))
+}
+
+fn write_canonical(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+    out: Vec<u8>,
+) -> PyResult<Vec<u8>> {
+    let name = check_name(name)?;
     if !volatile.only_exact_str {
         let helpers = helpers(py)?;
         let kwargs = PyDict::new(py);
@@ -359,7 +406,7 @@ pub fn canonical_bytes(
     let mut walker = Walker {
         py,
         volatile,
-        out: Vec::with_capacity(128),
+        out,
         deferred: Vec::new(),
     };
     walker.out.extend_from_slice(b"{\"args\":");
@@ -373,16 +420,19 @@ pub fn canonical_bytes(
 /// `call_key(name, args, /, *, volatile_keys=None) -> str`
 #[pyfunction]
 #[pyo3(signature = (name, args, /, *, volatile_keys = None))]
-pub fn call_key(
-    py: Python<'_>,
-    name: &Bound<'_, PyAny>,
-    args: &Bound<'_, PyAny>,
-    volatile_keys: Option<&Bound<'_, PyAny>>,
-) -> PyResult<String> {
+pub fn call_key<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyAny>,
+    volatile_keys: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyString>> {
     check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let bytes = canonical_bytes(py, name, args, &volatile)?;
-    Ok(crate::key::key_hex(crate::key::key_of(&bytes)))
+    let key = canonical_key(py, name, args, &volatile)?;
+    Ok(PyString::new(
+        py,
+        crate::key::key_hex_ascii(&mut [0; 16], key),
+    ))
 }
 
 /// `canonical_json(name, args, /, *, volatile_keys=None) -> bytes`

@@ -10,11 +10,15 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyMapping, PySequence, PyString
 
 use crate::canon::Text;
 use crate::guard::{Action, Decision, Limits, Policy, Reason, Released, RunState};
-use crate::key::{key_hex, key_of, Key};
-use crate::py_canon::{canonical_bytes, text_of, wtf8_of, VolatileKeys};
+use crate::key::{key_hex, Key};
+use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
 use crate::py_json::{invalid_json_key, json_key};
 
-type State = RunState<Py<Verdict>, Py<PyAny>>;
+/// The state keeps verdicts as plain Rust values: Python objects are only made once the
+/// lock is released, because allocating one can start a garbage collection whose callbacks
+/// run Python code, which may use this guard or hand the GIL to a thread that would then
+/// wait on the lock while holding the GIL.
+type State = RunState<Verdict, Py<PyAny>>;
 type ToolPolicies = HashMap<Box<[u8]>, Policy>;
 
 /// One call, validated and keyed, ready to be decided.
@@ -56,6 +60,15 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// An identical verdict (a new object with the same fields).
+    fn duplicate(&self, py: Python<'_>) -> Verdict {
+        self.copy(
+            py,
+            self.call_id.as_ref().map(|c| c.clone_ref(py)),
+            self.duplicate_of,
+        )
+    }
+
     fn copy(
         &self,
         py: Python<'_>,
@@ -157,6 +170,34 @@ impl Verdict {
                 .call_method1("join", (parts,))?
                 .cast_into::<PyString>()?,
         ))
+    }
+
+    /// Equal when every field is, and `cached` holds the very same result. Unhashable.
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let Ok(other) = other.cast::<Verdict>() else {
+            return Ok(py.NotImplemented());
+        };
+        let other = other.get();
+        let same_str = |a: &Option<Py<PyString>>, b: &Option<Py<PyString>>| match (a, b) {
+            (None, None) => Ok(true),
+            (Some(a), Some(b)) => PyAnyMethods::eq(a.bind(py).as_any(), b.bind(py)),
+            _ => Ok(false),
+        };
+        let equal = self.action == other.action
+            && self.reason == other.reason
+            && self.key == other.key
+            && self.repeats == other.repeats
+            && self.step == other.step
+            && self.duplicate_of == other.duplicate_of
+            && PyAnyMethods::eq(self.tool.bind(py).as_any(), other.tool.bind(py))?
+            && same_str(&self.call_id, &other.call_id)?
+            && same_str(&self.invalid_arguments, &other.invalid_arguments)?
+            && match (&self.cached, &other.cached) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.is(b),
+                _ => false,
+            };
+        Ok(equal.into_pyobject(py)?.to_owned().into_any().unbind())
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -308,7 +349,7 @@ impl Guard {
         call_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Prepared<'py>> {
         let call_id = call_id_arg(call_id)?;
-        let key = key_of(&canonical_bytes(py, name, args, &self.volatile)?);
+        let key = canonical_key(py, name, args, &self.volatile)?;
         let name = name.cast::<PyString>()?.clone();
         let policy = self.policy_of(&name)?;
         Ok(Prepared {
@@ -355,8 +396,8 @@ impl Guard {
         py: Python<'_>,
         state: &mut State,
         call: &Prepared<'_>,
-        released: &mut Released<Py<Verdict>, Py<PyAny>>,
-    ) -> PyResult<Py<Verdict>> {
+        released: &mut Released<Verdict, Py<PyAny>>,
+    ) -> Verdict {
         let Prepared {
             name,
             key,
@@ -366,14 +407,12 @@ impl Guard {
         } = call;
         let (key, policy, call_id) = (*key, *policy, call_id.as_ref());
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes)) {
-            return Ok(known.clone_ref(py));
+            return known.duplicate(py);
         }
         let decision: Decision = state.decide(&self.limits, key);
         let cached = state
             .cached(&decision, policy, key)
             .map(|r| r.clone_ref(py));
-        // Allocating a (non-GC) object runs no Python code, so it is safe under the lock;
-        // if it fails, nothing has been changed yet.
         let verdict = Verdict {
             action: decision.action,
             reason: decision.reason,
@@ -388,17 +427,12 @@ impl Guard {
             window: self.limits.window,
             budget: self.max_steps_text.clone(),
         };
-        let latched = if decision.action == Action::Stop {
-            Some(Py::new(py, verdict.copy(py, None, None))?)
-        } else {
-            None
-        };
-        let verdict = Py::new(py, verdict)?;
-        let remembered = call_id.map(|c| (&*c.bytes, verdict.clone_ref(py)));
+        let latched = (decision.action == Action::Stop).then(|| verdict.copy(py, None, None));
+        let remembered = call_id.map(|c| (&*c.bytes, verdict.duplicate(py)));
         let mut more = state.commit(&self.limits, key, &decision, policy, latched, remembered);
         released.verdicts.append(&mut more.verdicts);
         released.results.append(&mut more.results);
-        Ok(verdict)
+        verdict
     }
 }
 
@@ -471,7 +505,7 @@ impl Guard {
             self.decide_locked(py, &mut state, &call, &mut released)
         };
         drop(released);
-        verdict
+        Py::new(py, verdict)
     }
 
     /// `check` for arguments given as JSON text (OpenAI-style `arguments`).
@@ -490,7 +524,7 @@ impl Guard {
             self.decide_locked(py, &mut state, &call, &mut released)
         };
         drop(released);
-        verdict
+        Py::new(py, verdict)
     }
 
     /// Verdicts for all tool calls of one model response; see the reference for the rules.
@@ -525,8 +559,8 @@ impl Guard {
             prepared.push(self.prepare(py, &name, &args, call_id.as_ref())?);
         }
         let mut released = Released::default();
-        let mut verdicts: Vec<Py<Verdict>> = Vec::with_capacity(prepared.len());
-        let result = (|| -> PyResult<()> {
+        let mut verdicts: Vec<Verdict> = Vec::with_capacity(prepared.len());
+        {
             let mut state = self.lock();
             let mut first_of_key: HashMap<Key, usize> = HashMap::new();
             for (index, call) in prepared.iter().enumerate() {
@@ -535,27 +569,28 @@ impl Guard {
                 let retried = call_id.is_some_and(|c| state.knows_call_id(&c.bytes));
                 match earlier {
                     Some(first) if !retried => {
-                        let copy = verdicts[first].get().copy(
+                        let copy = verdicts[first].copy(
                             py,
                             call_id.map(|c| c.object.clone_ref(py)),
                             Some(first),
                         );
-                        let copy = Py::new(py, copy)?;
                         if let Some(c) = call_id {
-                            state.remember(&c.bytes, copy.clone_ref(py), &mut released);
+                            state.remember(&c.bytes, copy.duplicate(py), &mut released);
                         }
                         verdicts.push(copy);
                     }
                     _ => {
                         first_of_key.entry(call.key).or_insert(index);
-                        verdicts.push(self.decide_locked(py, &mut state, call, &mut released)?);
+                        verdicts.push(self.decide_locked(py, &mut state, call, &mut released));
                     }
                 }
             }
-            Ok(())
-        })();
+        }
         drop(released);
-        result?;
+        let verdicts = verdicts
+            .into_iter()
+            .map(|v| Py::new(py, v))
+            .collect::<PyResult<Vec<_>>>()?;
         Ok(PyList::new(py, verdicts)?.unbind())
     }
 

@@ -10,8 +10,8 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
 
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
-use crate::key::{key_hex, key_of, Key};
-use crate::py_canon::{canonical_bytes, check_name, text_of, wtf8_of, VolatileKeys};
+use crate::key::{key_hex, Key};
+use crate::py_canon::{canonical_key, check_name, key_with_buffer, text_of, wtf8_of, VolatileKeys};
 
 struct JsonHelpers {
     decode_error: Py<PyAny>,
@@ -51,7 +51,7 @@ impl<'py> JsonText<'py> {
     /// without a BOM), UTF-16 or UTF-32, decoded as `json.loads` decodes them.
     pub fn from_py(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Self> {
         if let Ok(s) = text.cast::<PyString>() {
-            return Self::from_str(py, s.clone());
+            return Self::from_str(py, s.clone(), true);
         }
         let mut raw: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
             b.as_bytes().to_vec()
@@ -75,12 +75,13 @@ impl<'py> JsonText<'py> {
             // json.loads does.
             _ => {
                 let decoded = helpers(py)?.decode_bytes.bind(py).call1((text,))?;
-                Self::from_str(py, decoded.cast_into::<PyString>()?)
+                // json.loads checks for a BOM only in str input, not in decoded bytes.
+                Self::from_str(py, decoded.cast_into::<PyString>()?, false)
             }
         }
     }
 
-    fn from_str(py: Python<'py>, s: Bound<'py, PyString>) -> PyResult<Self> {
+    fn from_str(py: Python<'py>, s: Bound<'py, PyString>, refuse_bom: bool) -> PyResult<Self> {
         let bytes: Cow<'py, [u8]> = match text_of(&s)? {
             Text::Latin1(units) if units.is_ascii() => {
                 // SAFETY: the slice borrows the str's own buffer; `source` holds a reference
@@ -89,7 +90,7 @@ impl<'py> JsonText<'py> {
             }
             _ => Cow::Owned(wtf8_of(&s)?),
         };
-        if bytes.starts_with("\u{feff}".as_bytes()) {
+        if refuse_bom && bytes.starts_with("\u{feff}".as_bytes()) {
             return Err(decode_error(
                 py,
                 "Unexpected UTF-8 BOM (decode using utf-8-sig)",
@@ -177,23 +178,37 @@ fn raise(py: Python<'_>, err: JsonError, text: &JsonText<'_>) -> PyErr {
     }
 }
 
-/// Canonical bytes for a call whose arguments are JSON text; raises as `json.loads` would.
+/// Why the native parser gave no canonical bytes.
+enum CallError {
+    /// Nested deeper than the native parser goes: the reference decides.
+    TooDeep,
+    /// The exception `json.loads` raises.
+    Raised(PyErr),
+}
+use CallError::{Raised, TooDeep};
+
+/// Canonical bytes for a call whose arguments are JSON text.
 fn canonical_json_call(
     py: Python<'_>,
     name: Text<'_>,
     text: &JsonText<'_>,
     volatile: &VolatileKeys,
-) -> PyResult<Vec<u8>> {
+    out: Vec<u8>,
+) -> Result<Vec<u8>, CallError> {
     let names = volatile.names();
-    match json::canonical_call(name, &text.bytes, names, json::MIN_INT_DIGIT_LIMIT) {
-        Ok(bytes) => Ok(bytes),
+    let first = json::canonical_call_into(out, name, &text.bytes, names, json::MIN_INT_DIGIT_LIMIT);
+    let outcome = match first {
         // Longer than the smallest possible limit: check against the limit in force.
         Err(JsonError::IntTooLong { .. }) => {
-            json::canonical_call(name, &text.bytes, names, int_digit_limit(py)?)
-                .map_err(|err| raise(py, err, text))
+            let limit = int_digit_limit(py).map_err(Raised)?;
+            json::canonical_call(name, &text.bytes, names, limit)
         }
-        Err(err) => Err(raise(py, err, text)),
-    }
+        outcome => outcome,
+    };
+    outcome.map_err(|err| match err {
+        JsonError::TooDeep => TooDeep,
+        err => Raised(raise(py, err, text)),
+    })
 }
 
 /// The key of a call whose arguments are JSON text.
@@ -205,23 +220,34 @@ pub fn json_key(
 ) -> PyResult<Key> {
     let name = check_name(name)?;
     if !volatile.only_exact_str() {
-        let kwargs = pyo3::types::PyDict::new(py);
-        kwargs.set_item("volatile_keys", volatile.set(py))?;
-        let hex: String = helpers(py)?
-            .call_key_json
-            .bind(py)
-            .call((name, text), Some(&kwargs))?
-            .extract()?;
-        return crate::key::parse_key_hex(&hex)
-            .ok_or_else(|| PyValueError::new_err("the reference returned a malformed key"));
+        return reference_json_key(py, name, text, volatile);
     }
-    let text = JsonText::from_py(py, text)?;
-    Ok(key_of(&canonical_json_call(
-        py,
-        text_of(name)?,
-        &text,
-        volatile,
-    )?))
+    let parsed = JsonText::from_py(py, text)?;
+    let name_text = text_of(name)?;
+    match key_with_buffer(|out| canonical_json_call(py, name_text, &parsed, volatile, out)) {
+        Ok(key) => Ok(key),
+        Err(TooDeep) => reference_json_key(py, name, text, volatile),
+        Err(Raised(err)) => Err(err),
+    }
+}
+
+/// The reference's key for a call the native parser does not take: volatile keys only
+/// Python can compare, or nesting past `PARSE_DEPTH_LIMIT`.
+fn reference_json_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyString>,
+    text: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+) -> PyResult<Key> {
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("volatile_keys", volatile.set(py))?;
+    let hex: String = helpers(py)?
+        .call_key_json
+        .bind(py)
+        .call((name, text), Some(&kwargs))?
+        .extract()?;
+    crate::key::parse_key_hex(&hex)
+        .ok_or_else(|| PyValueError::new_err("the reference returned a malformed key"))
 }
 
 /// The key that stands for a call whose arguments are not valid JSON: the raw text with its
@@ -242,15 +268,19 @@ pub fn invalid_json_key(
 /// `call_key_json(name, text, /, *, volatile_keys=None) -> str`
 #[pyfunction]
 #[pyo3(signature = (name, text, /, *, volatile_keys = None))]
-pub fn call_key_json(
-    py: Python<'_>,
-    name: &Bound<'_, PyAny>,
-    text: &Bound<'_, PyAny>,
-    volatile_keys: Option<&Bound<'_, PyAny>>,
-) -> PyResult<String> {
+pub fn call_key_json<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    text: &Bound<'py, PyAny>,
+    volatile_keys: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyString>> {
     check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    Ok(key_hex(json_key(py, name, text, &volatile)?))
+    let key = json_key(py, name, text, &volatile)?;
+    Ok(PyString::new(
+        py,
+        crate::key::key_hex_ascii(&mut [0; 16], key),
+    ))
 }
 
 /// One JSON-text call of a batch, owned so it can be keyed without the GIL.
@@ -258,6 +288,8 @@ struct Pending<'py> {
     index: usize,
     name: Vec<u8>,
     text: JsonText<'py>,
+    /// The call as given, for the rare texts keyed again with the GIL.
+    call: (Py<PyString>, Py<PyAny>),
 }
 
 fn add_note(py: Python<'_>, err: PyErr, index: usize) -> PyErr {
@@ -267,28 +299,26 @@ fn add_note(py: Python<'_>, err: PyErr, index: usize) -> PyErr {
     err
 }
 
+/// The number of threads to use: `None` means every core; more threads than cores are
+/// accepted (as in the reference) but not started, as they would only add switching.
 fn threads_arg(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-    match threads {
-        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
-        Some(t) if t.is_none() => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
-        Some(t) => {
-            if t.is_instance_of::<pyo3::types::PyBool>()
-                || !t.is_instance_of::<pyo3::types::PyInt>()
-            {
-                return Err(PyTypeError::new_err(format!(
-                    "threads must be an int or None, not {}",
-                    t.get_type().name()?
-                )));
-            }
-            let n: i64 = t.extract()?;
-            if n < 1 {
-                return Err(PyValueError::new_err(format!(
-                    "threads must be at least 1, got {n}"
-                )));
-            }
-            Ok(n as usize)
-        }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Some(t) = threads.filter(|t| !t.is_none()) else {
+        return Ok(cores);
+    };
+    if t.is_instance_of::<pyo3::types::PyBool>() || !t.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "threads must be an int or None, not {}",
+            t.get_type().name()?
+        )));
     }
+    if t.lt(1)? {
+        return Err(PyValueError::new_err(format!(
+            "threads must be at least 1, got {}",
+            t.str()?
+        )));
+    }
+    Ok(t.extract::<usize>().unwrap_or(usize::MAX).min(cores))
 }
 
 /// Below this much JSON text a batch runs on one thread: starting threads costs more.
@@ -311,8 +341,15 @@ pub fn call_keys<'py>(
     // that the error reported is the one with the lowest index, as in the reference.
     let mut first_error: Option<(usize, PyErr)> = None;
     for (index, call) in calls.try_iter()?.enumerate() {
+        let call = match call {
+            Ok(call) => call,
+            Err(err) => {
+                // The iterable's own error belongs to no call: it gets no note.
+                first_error = Some((usize::MAX, err));
+                break;
+            }
+        };
         let step = (|| -> PyResult<()> {
-            let call = call?;
             let pair = call
                 .cast::<PySequence>()
                 .ok()
@@ -334,12 +371,13 @@ pub fn call_keys<'py>(
                     index,
                     name: name_wtf8,
                     text: JsonText::from_py(py, &args)?,
+                    call: (check_name(&name)?.clone().unbind(), args.clone().unbind()),
                 });
                 keys.push(0);
             } else if is_text {
                 keys.push(json_key(py, &name, &args, &volatile)?);
             } else {
-                keys.push(key_of(&canonical_bytes(py, &name, &args, &volatile)?));
+                keys.push(canonical_key(py, &name, &args, &volatile)?);
             }
             Ok(())
         })();
@@ -353,20 +391,22 @@ pub fn call_keys<'py>(
     for (item, result) in pending.iter().zip(results) {
         match result {
             Ok(key) => keys[item.index] = key,
-            Err(JsonError::IntTooLong { .. }) => {
-                // Recheck against the limit in force, with the GIL.
-                match canonical_json_call(py, Text::Wtf8(&item.name), &item.text, &volatile) {
-                    Ok(bytes) => keys[item.index] = key_of(&bytes),
+            Err(JsonError::IntTooLong { .. } | JsonError::TooDeep) => {
+                // The rare texts that need Python: keyed again with the GIL.
+                let (name, args) = (item.call.0.bind(py), item.call.1.bind(py));
+                match json_key(py, name.as_any(), args, &volatile) {
+                    Ok(key) => keys[item.index] = key,
                     Err(err) => return Err(add_note(py, err, item.index)),
                 }
             }
             Err(err) => return Err(add_note(py, raise(py, err, &item.text), item.index)),
         }
     }
-    if let Some((index, err)) = first_error {
-        return Err(add_note(py, err, index));
+    match first_error {
+        Some((usize::MAX, err)) => Err(err),
+        Some((index, err)) => Err(add_note(py, err, index)),
+        None => PyList::new(py, keys.into_iter().map(key_hex)),
     }
-    PyList::new(py, keys.into_iter().map(key_hex))
 }
 
 /// Keys every pending call, across `threads` threads when there is enough text to share.
@@ -376,13 +416,16 @@ fn key_pending(
     threads: usize,
 ) -> Vec<Result<Key, JsonError>> {
     let key_one = |item: &Pending<'_>| {
-        json::canonical_call(
-            Text::Wtf8(&item.name),
-            &item.text.bytes,
-            volatile,
-            json::MIN_INT_DIGIT_LIMIT,
-        )
-        .map(|bytes| key_of(&bytes))
+        // Each thread reuses its own buffer (thread-local) from call to call.
+        key_with_buffer(|out| {
+            json::canonical_call_into(
+                out,
+                Text::Wtf8(&item.name),
+                &item.text.bytes,
+                volatile,
+                json::MIN_INT_DIGIT_LIMIT,
+            )
+        })
     };
     let total: usize = pending.iter().map(|p| p.text.bytes.len()).sum();
     if threads <= 1 || pending.len() < 2 || total < PARALLEL_MIN_BYTES {
@@ -390,21 +433,25 @@ fn key_pending(
     }
     let chunk = pending.len().div_ceil(threads);
     std::thread::scope(|scope| {
+        let key_part = move |part: &[Pending<'_>]| part.iter().map(key_one).collect::<Vec<_>>();
+        // A thread the OS refuses to start is no error: its part is keyed on this thread.
         let workers: Vec<_> = pending
             .chunks(chunk)
             .map(|part| {
-                let worker = scope.spawn(move || part.iter().map(key_one).collect::<Vec<_>>());
-                (part.len(), worker)
+                let worker =
+                    std::thread::Builder::new().spawn_scoped(scope, move || key_part(part));
+                (part, worker.ok())
             })
             .collect();
         workers
             .into_iter()
-            .flat_map(|(len, worker)| {
+            .flat_map(|(part, worker)| match worker {
                 // A worker only panics on a bug (release builds abort instead); never unwind
                 // into Python, and keep one answer per call.
-                worker
+                Some(worker) => worker
                     .join()
-                    .unwrap_or_else(|_| vec![Err(JsonError::TooDeep); len])
+                    .unwrap_or_else(|_| vec![Err(JsonError::TooDeep); part.len()]),
+                None => key_part(part),
             })
             .collect()
     })

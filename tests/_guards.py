@@ -30,6 +30,22 @@ BACKENDS = [
 
 requires_native = pytest.mark.skipif(NATIVE is None, reason=NO_NATIVE)
 
+# The same, by name, for tests that hand the backend to a subprocess.
+BACKEND_NAMES = [
+    pytest.param("native", marks=requires_native),
+    pytest.param("reference"),
+]
+
+
+def backend(name: str) -> ModuleType:
+    """``tripwire._core`` for ``"native"``, ``tripwire.reference`` for ``"reference"``."""
+    if name == "native":
+        if NATIVE is None:
+            pytest.skip(NO_NATIVE)
+        return NATIVE
+    return REFERENCE
+
+
 # Every public field of a Verdict, ``message`` included.
 VERDICT_FIELDS = (
     "action",

@@ -7,7 +7,6 @@ Hypothesis profiles are chosen by ``HYPOTHESIS_PROFILE``: ``default`` (quick, lo
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -66,18 +65,3 @@ def impl(request: pytest.FixtureRequest) -> Any:
             pytest.skip(_NO_NATIVE)
         return _NATIVE
     return tripwire.reference
-
-
-_KNOWN_FAILURES = Path(__file__).with_name("known_failures.txt")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks the tests listed in known_failures.txt as expected failures (see that file)."""
-    known = {
-        line.strip()
-        for line in _KNOWN_FAILURES.read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.startswith("#")
-    }
-    for item in items:
-        if item.nodeid in known:
-            item.add_marker(pytest.mark.xfail(reason="known failure: tests/known_failures.txt"))

@@ -1,47 +1,66 @@
 """A guard shared by threads loses no update and never deadlocks (DESIGN.md §2).
 
-Every thread join has a timeout, and a thread still alive after it fails the test rather
-than hanging the run. Threads record their failures; the main thread re-raises the first.
+Each threaded scenario runs in a fresh interpreter (``isolated``): a guard that deadlocks
+while holding the GIL freezes every thread of its process, the test runner's included, so
+join timeouts alone cannot report it. In the child, threads are joined with a timeout
+(a thread still alive fails the scenario), and ``faulthandler`` dumps every thread's stack
+and exits if the whole process stops; the parent fails with that dump.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Callable
-from types import ModuleType
+from pathlib import Path
 from typing import Any
 
 import pytest
-from _guards import BACKENDS, NATIVE, REFERENCE, fields, requires_native
+from _guards import BACKEND_NAMES, backend, fields, requires_native
 
-JOIN_TIMEOUT = 60.0  # seconds; the biggest test takes about 2 s on 2 cores
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    module: ModuleType = request.param
-    return module
+TESTS = str(Path(__file__).resolve().parent)
+JOIN_TIMEOUT = 30.0  # seconds; the biggest scenario takes about 1 s on 2 cores
 
 
-@pytest.fixture(autouse=True)
-def _fast_thread_switches() -> Any:
-    """Switch threads every 10 µs instead of every 5 ms, so they really interleave."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    yield
-    sys.setswitchinterval(old)
+def isolated(scenario: str, name: str, timeout: float = 60.0) -> None:
+    """Runs ``scenario(name)`` from this module in a new interpreter; fails on an error
+    or when the child hangs."""
+    code = textwrap.dedent(
+        f"""
+        import faulthandler, sys
+        faulthandler.dump_traceback_later({timeout - 5.0}, exit=True)
+        sys.path.insert(0, {TESTS!r})
+        import test_concurrency
+        test_concurrency.{scenario}({name!r})
+        """
+    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:  # pragma: no cover - faulthandler goes first
+        pytest.fail(f"{scenario}({name!r}) hung for {timeout} s:\n{exc.stderr}")
+    if child.returncode != 0:
+        hung = "Timeout (" in child.stderr
+        pytest.fail(
+            f"{scenario}({name!r}) {'hung (deadlock?)' if hung else 'failed'}, "
+            f"exit status {child.returncode}:\n{child.stderr[-6000:]}"
+        )
 
 
 def run_threads(count: int, work: Callable[[int], Any], timeout: float = JOIN_TIMEOUT) -> list[Any]:
-    """Runs ``work(0)`` .. ``work(count - 1)`` in threads started together; their results."""
+    """Runs ``work(0)`` .. ``work(count - 1)`` in threads started together; their results.
+    Re-raises the first error of any thread; fails if a thread is still running after
+    ``timeout``."""
     barrier = threading.Barrier(count)
     results: list[Any] = [None] * count
     errors: list[BaseException] = []
 
     def body(index: int) -> None:
         try:
-            barrier.wait(timeout=JOIN_TIMEOUT)
+            barrier.wait(timeout=timeout)
             results[index] = work(index)
         except BaseException as exc:
             errors.append(exc)
@@ -61,18 +80,23 @@ def run_threads(count: int, work: Callable[[int], Any], timeout: float = JOIN_TI
     return results
 
 
+def interleave_often() -> None:
+    """Switch threads every 10 µs instead of every 5 ms, so they really interleave."""
+    sys.setswitchinterval(1e-5)
+
+
 # -- one guard, many threads ----------------------------------------------------------------
 
 
-def hammer(guard: Any, threads: int, checks: int) -> None:
+def scenario_hammer(name: str, threads: int = 8, checks: int = 100_000) -> None:
     """``threads`` threads each check ``checks`` calls of their own: no two calls are equal,
     so nothing repeats and nothing stops."""
+    interleave_often()
+    guard = backend(name).Guard()
 
     def work(index: int) -> list[int]:
-        name = f"tool_{index}"
-        check = guard.check
-        steps = [check(name, i).step for i in range(checks)]
-        return steps
+        tool, check = f"tool_{index}", guard.check
+        return [check(tool, i).step for i in range(checks)]
 
     results = run_threads(threads, work)
     total = threads * checks
@@ -89,29 +113,35 @@ def hammer(guard: Any, threads: int, checks: int) -> None:
         assert thread_steps == sorted(thread_steps)
 
 
+def scenario_hammer_small(name: str) -> None:
+    scenario_hammer(name, threads=8, checks=5_000)
+
+
 @requires_native
 def test_native_guard_8_threads_x_100k_checks() -> None:
-    assert NATIVE is not None
-    hammer(NATIVE.Guard(), threads=8, checks=100_000)
+    isolated("scenario_hammer", "native")
 
 
-def test_reference_guard_8_threads() -> None:
-    hammer(REFERENCE.Guard(), threads=8, checks=5_000)
+def test_reference_guard_8_threads_x_5k_checks() -> None:
+    isolated("scenario_hammer_small", "reference")
 
 
-def test_shared_guard_final_window_is_the_last_calls(tw: ModuleType) -> None:
+def scenario_window_is_the_last_steps(name: str) -> None:
     """Each check is decided and appended in one piece: the window ends up holding the
     keys of the last 12 steps, in step order."""
-    guard = tw.Guard(window=12)
-    checks = 2_000
+    interleave_often()
+    guard = backend(name).Guard(window=12)
 
     def work(index: int) -> list[tuple[int, str]]:
-        return [
-            (v.step, v.key) for v in (guard.check(f"tool_{index}", {"i": i}) for i in range(checks))
-        ]
+        out = []
+        for i in range(2_000):
+            verdict = guard.check(f"tool_{index}", {"i": i})
+            out.append((verdict.step, verdict.key))
+        return out
 
     results = run_threads(4, work)
     by_step = dict(pair for thread in results for pair in thread)
+    assert len(by_step) == guard.steps == 8_000
     assert guard.keys() == [by_step[s] for s in range(guard.steps - 11, guard.steps + 1)]
 
 
@@ -127,38 +157,40 @@ RUN = [("list_services", {}), ("get_metrics", {"m": "p99"})] + [
 def play(guard: Any) -> list[tuple[Any, ...]]:
     return [
         (v.action, v.reason, v.repeats, v.step, v.key)
-        for v in (guard.check(name, args) for name, args in RUN)
+        for v in (guard.check(tool, args) for tool, args in RUN)
     ]
 
 
-def test_many_guards_across_threads(tw: ModuleType) -> None:
-    expected = play(tw.Guard(window=5, max_steps=30))
-    rounds = 50
+def scenario_many_guards(name: str) -> None:
+    interleave_often()
+    module = backend(name)
+    expected = play(module.Guard(window=5, max_steps=30))
+    assert any(v[0] == "nudge" for v in expected)
+    assert expected[-1][:2] == ("stop", "budget_exhausted")
 
     def work(index: int) -> int:
-        guard = tw.Guard(window=5, max_steps=30)
-        for _ in range(rounds):
+        guard = module.Guard(window=5, max_steps=30)
+        for _ in range(50):
             assert play(guard) == expected
             guard.reset()
             assert guard.steps == 0
         play(guard)
         return guard.steps
 
-    totals = run_threads(8, work)
-    assert totals == [expected[-1][3]] * 8
-    assert any(v[0] == "nudge" for v in expected)
-    assert expected[-1][:2] == ("stop", "budget_exhausted")
+    assert run_threads(8, work) == [expected[-1][3]] * 8
 
 
-# -- call ids and turns, shared ---------------------------------------------------------------
+# -- call ids and turns, shared -------------------------------------------------------------
 
 
-def test_shared_guard_with_call_ids_and_turns(tw: ModuleType) -> None:
+def scenario_call_ids_and_turns(name: str) -> None:
     """Threads share a guard, each with its own call ids and turns. Every verdict either is
     new (and counted) or was given before to the same call id (and not counted); each turn
     is decided in one piece."""
-    guard = tw.Guard()
-    iterations = 1_000 if tw is REFERENCE else 4_000
+    interleave_often()
+    module = backend(name)
+    guard = module.Guard()
+    iterations = 4_000 if name == "native" else 1_000
 
     def work(index: int) -> tuple[list[int], int]:
         counted: list[int] = []
@@ -168,7 +200,7 @@ def test_shared_guard_with_call_ids_and_turns(tw: ModuleType) -> None:
             first = guard.check(f"tool_{index}", {"i": i}, call_id=call_id)
             counted.append(first.step)
             retry = guard.check(f"tool_{index}", {"i": i}, call_id=call_id)
-            if retry is first or fields(retry) == fields(first):
+            if fields(retry) == fields(first):
                 assert retry.call_id == call_id
             else:
                 # 128 call ids are remembered; other threads may have pushed this one out.
@@ -201,9 +233,10 @@ def test_shared_guard_with_call_ids_and_turns(tw: ModuleType) -> None:
     assert not guard.stopped
 
 
-def test_threads_share_one_stop(tw: ModuleType) -> None:
+def scenario_one_stop(name: str) -> None:
     """Threads repeating one call: exactly one stop, and everyone sees it afterwards."""
-    guard = tw.Guard()
+    interleave_often()
+    guard = backend(name).Guard()
 
     def work(index: int) -> list[Any]:
         return [guard.check("get_logs", {"service": "checkout"}) for _ in range(200)]
@@ -212,15 +245,17 @@ def test_threads_share_one_stop(tw: ModuleType) -> None:
     verdicts = [v for thread in results for v in thread]
     assert guard.steps == 3
     assert sorted(v.step for v in verdicts if v.action != "stop") == [1, 2]
-    stops = {v.step for v in verdicts if v.action == "stop"}
-    assert stops == {3}
+    assert {v.step for v in verdicts if v.action == "stop"} == {3}
     assert [thread[-1].action for thread in results] == ["stop"] * 8
 
 
-def test_record_reset_and_inspection_under_threads(tw: ModuleType) -> None:
+def scenario_mixed(name: str) -> None:
     """Readers, writers, recorders and resets all at once: no exception, no deadlock, and
     the state is consistent afterwards."""
-    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"get_logs": "read", "deploy": "write"})
+    interleave_often()
+    guard = backend(name).Guard(
+        nudge_at=3, stop_at=4, tools={"get_logs": "read", "deploy": "write"}
+    )
 
     def work(index: int) -> int:
         done = 0
@@ -235,6 +270,7 @@ def test_record_reset_and_inspection_under_threads(tw: ModuleType) -> None:
             elif index % 2 == 0:
                 verdict = guard.check("get_logs", {"page": i % 30})
                 guard.record(verdict, [index, i])
+                guard.check_turn([("get_logs", {"page": i % 30})] * 2)
             else:
                 guard.check("deploy", {"n": index * 10_000 + i})
             done += 1
@@ -247,7 +283,72 @@ def test_record_reset_and_inspection_under_threads(tw: ModuleType) -> None:
     assert (guard.steps, len(guard), guard.stopped) == (0, 0, False)
 
 
-# -- re-entrancy ----------------------------------------------------------------------------
+SCENARIOS = [
+    "scenario_window_is_the_last_steps",
+    "scenario_many_guards",
+    "scenario_call_ids_and_turns",
+    "scenario_one_stop",
+    "scenario_mixed",
+]
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_threads(scenario: str, name: str) -> None:
+    isolated(scenario, name)
+
+
+# -- Python code running while the guard holds its lock ---------------------------------------
+
+
+def scenario_gc_callback_uses_the_guard(name: str) -> None:
+    """A garbage-collector callback (tracemalloc-style profilers and hypothesis install
+    them) that looks at the guard. Allocating a verdict can start a collection, so the
+    callback may run in the middle of a check: the guard must not be locked then."""
+    import gc
+
+    guard = backend(name).Guard()
+    seen: list[int] = []
+    gc.callbacks.append(lambda phase, info: seen.append(len(guard.keys())))
+    gc.set_threshold(1)
+    keep = [guard.check("t", i) for i in range(200)]
+    assert guard.steps == len(keep) == 200
+    assert seen
+
+
+def scenario_gc_callback_with_threads(name: str) -> None:
+    """A gc callback that never touches tripwire, and threads sharing a guard. If the
+    callback runs while one thread holds the guard's lock, it can hand the GIL to another
+    thread, which must not then block on that lock while holding the GIL."""
+    import gc
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        for _ in range(20):
+            pass
+
+    gc.callbacks.append(callback)
+    sys.setswitchinterval(1e-6)
+    guard = backend(name).Guard()
+
+    checks = 50_000 if name == "native" else 4_000
+
+    def work(index: int) -> int:
+        # Verdicts are kept, so allocations outrun deallocations and collections happen.
+        keep = [guard.check(f"t{index}", i) for i in range(checks)]
+        return len(keep)
+
+    assert run_threads(4, work, timeout=10.0) == [checks] * 4
+    assert guard.steps == 4 * checks
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_gc_callback_may_use_the_guard(name: str) -> None:
+    isolated("scenario_gc_callback_uses_the_guard", name, timeout=8.0)
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_gc_callback_with_threads(name: str) -> None:
+    isolated("scenario_gc_callback_with_threads", name, timeout=10.0)
 
 
 class CallsBack:
@@ -261,27 +362,25 @@ class CallsBack:
         self.seen.append((len(self.guard.keys()), self.guard.stopped))
 
 
-@pytest.mark.parametrize(
-    "release",
-    [
-        pytest.param(lambda g, v: g.check("deploy", {"v": 2}), id="write-clears-cache"),
-        pytest.param(lambda g, v: g.record(v, ["replacement"]), id="record-replaces"),
-        pytest.param(lambda g, v: g.reset(), id="reset"),
-    ],
-)
-def test_result_finaliser_may_call_back_into_the_guard(
-    tw: ModuleType, release: Callable[[Any, Any], Any]
-) -> None:
-    """A cached result let go of by the guard can run Python code; that code may use the
-    guard. Run in a thread so a deadlock fails the test instead of hanging it."""
-    guard = tw.Guard(tools={"get_logs": "read", "deploy": "write"})
+RELEASES = {
+    "write-clears-cache": lambda g, v: g.check("deploy", {"v": 2}),
+    "record-replaces": lambda g, v: g.record(v, ["replacement"]),
+    "reset": lambda g, v: g.reset(),
+}
+
+
+def scenario_result_finaliser(name: str, release: str) -> None:
+    guard = backend(name).Guard(tools={"get_logs": "read", "deploy": "write"})
     seen: list[Any] = []
     verdict = guard.check("get_logs", {"service": "checkout"})
     guard.record(verdict, CallsBack(guard, seen))
-
-    def work(index: int) -> None:
-        release(guard, verdict)
-
-    # A deadlocked thread is left behind as a daemon, blocked on this test's guard only.
-    run_threads(1, work, timeout=3.0)
+    run_threads(1, lambda index: RELEASES[release](guard, verdict), timeout=3.0)
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_result_finaliser_may_call_back_into_the_guard(name: str, release: str) -> None:
+    """A cached result the guard lets go of can run Python code, and that code may use
+    the guard. Only one thread uses the guard, so a deadlock shows as a live thread."""
+    scenario_result_finaliser(name, release)

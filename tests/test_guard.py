@@ -268,6 +268,24 @@ def test_call_id_retry_returns_the_same_verdict(tw: ModuleType) -> None:
     assert (first.action, first.step) == ("allow", 3)
 
 
+@requires_native
+def test_retried_verdicts_are_equal(tw: ModuleType) -> None:
+    """A retried call id, and every check after a stop, get a verdict equal to the first
+    (Verdicts compare by value; whether it is the same object is not part of the API)."""
+    guard = tw.Guard()
+    first = guard.check("a", {}, call_id="c1")
+    retried = guard.check("a", {}, call_id="c1")
+    assert retried == first
+    assert (retried != first) is False
+    assert guard.check("a", {}, call_id="c2") != first
+    stops = [guard.check("b", {}) for _ in range(5)]
+    assert stops[-1] == stops[-2]
+    assert stops[-1] != retried
+    assert first != "not a verdict"
+    with pytest.raises(TypeError):
+        hash(first)
+
+
 def test_call_id_retry_of_a_nudge_does_not_escalate(tw: ModuleType) -> None:
     guard = tw.Guard()
     guard.check("get_logs", {"service": "checkout"}, call_id="c1")
@@ -837,8 +855,9 @@ def test_len_steps_and_keys(tw: ModuleType) -> None:
     verdicts = distinct(guard, 6)
     assert (len(guard), guard.steps) == (4, 6)
     assert guard.keys() == [v.key for v in verdicts[2:]]
-    assert isinstance(guard.keys(), list)
-    assert all(isinstance(k, str) and len(k) == 16 for k in guard.keys())  # noqa: SIM118 (a Guard is not a mapping)
+    window = guard.keys()
+    assert isinstance(window, list)
+    assert all(isinstance(key, str) and len(key) == 16 for key in window)
 
 
 # -- failed checks change nothing -----------------------------------------------------------

@@ -2,7 +2,7 @@
 has the same API and documents the behaviour."""
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, final
+from typing import Any, ClassVar, Final, Literal, final
 
 MAX_DEPTH: Final[int]
 CALL_ID_MEMORY: Final[int]
@@ -47,6 +47,8 @@ class Verdict:
     def invalid_arguments(self) -> str | None: ...
     @property
     def message(self) -> str | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
 class Guard:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 from tripwire._keys import call_key, call_key_json, invalid_json_key, volatile_set
@@ -126,6 +127,27 @@ class Verdict:
             return stop_message(self.reason, self.tool, self.repeats, self._window, self._budget)
         return None
 
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.action,
+            self.reason,
+            self.tool,
+            self.key,
+            self.repeats,
+            self.step,
+            self.call_id,
+            self.duplicate_of,
+            self.invalid_arguments,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when every field is, and ``cached`` holds the very same result."""
+        if not isinstance(other, Verdict):
+            return NotImplemented
+        return self._fields() == other._fields() and self.cached is other.cached
+
+    __hash__ = None  # type: ignore[assignment]
+
     def _replace(self, **changes: Any) -> Verdict:
         fields: dict[str, Any] = {
             "cached": self.cached,
@@ -211,8 +233,21 @@ class Guard:
         self._max_steps = None if max_steps is None else _check_int("max_steps", max_steps, 1)
         self._volatile = volatile_set(volatile_keys)
         self._tools = _check_tools(tools)
-        self._lock = threading.Lock()
+        # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
+        # use this guard from the same thread (a Python lock, unlike the native one, lets
+        # other threads run while it waits, so threads cannot deadlock on it).
+        self._lock = threading.RLock()
+        # Objects the state lets go of while the lock is held. Dropping one can run Python
+        # code (a finaliser) that uses this guard again, so they are dropped after release.
+        self._released: list[Any] = []
         self._clear()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+            released, self._released = self._released, []
+        del released
 
     def _clear(self) -> None:
         self._window: deque[str] = deque(maxlen=self._window_size)
@@ -227,7 +262,7 @@ class Guard:
         """The verdict on one call, before it is dispatched."""
         _check_call_id(call_id)
         key = call_key(name, args, volatile_keys=self._volatile)
-        with self._lock:
+        with self._locked():
             return self._decide(name, key, call_id)
 
     def check_json(
@@ -245,7 +280,7 @@ class Guard:
         except ValueError as exc:
             key = invalid_json_key(name, text)
             invalid = str(exc)
-        with self._lock:
+        with self._locked():
             return self._decide(name, key, call_id, invalid)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
@@ -263,7 +298,7 @@ class Guard:
             prepared.append((name, call_key(name, args, volatile_keys=self._volatile), call_id))
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
-        with self._lock:
+        with self._locked():
             for index, (name, key, call_id) in enumerate(prepared):
                 earlier = first_of_key.get(key)
                 if earlier is None or (call_id is not None and call_id in self._by_call_id):
@@ -302,9 +337,10 @@ class Guard:
         else:
             policy = self._tools.get(name)
             cached = self._cache.get(key) if policy == "read" else None
-            if policy is None or policy == "write":
-                # A call that may change the world makes every cached read stale.
-                self._cache.clear()
+            # A call that may change the world makes every cached read stale.
+            if policy in (None, "write") and self._cache:
+                self._released.append(self._cache)
+                self._cache = OrderedDict()
             verdict = Verdict("allow", None, name, key, repeats, step, cached=cached, **extra)
         self._steps = step
         if verdict.action == "stop":
@@ -316,9 +352,10 @@ class Guard:
         return verdict
 
     def _remember_call_id(self, call_id: str, verdict: Verdict) -> None:
+        self._released.append(self._by_call_id.get(call_id))
         self._by_call_id[call_id] = verdict
         if len(self._by_call_id) > CALL_ID_MEMORY:
-            self._by_call_id.popitem(last=False)
+            self._released.append(self._by_call_id.popitem(last=False))
 
     # -- results --------------------------------------------------------------------------
 
@@ -329,17 +366,19 @@ class Guard:
             raise TypeError(f"record() takes a Verdict, not {type(verdict).__name__}")
         if verdict.action != "allow" or result is None or self._tools.get(verdict.tool) != "read":
             return
-        with self._lock:
+        with self._locked():
+            self._released.append(self._cache.get(verdict.key))
             self._cache[verdict.key] = result
             self._cache.move_to_end(verdict.key)
             if len(self._cache) > CACHE_ENTRIES:
-                self._cache.popitem(last=False)
+                self._released.append(self._cache.popitem(last=False))
 
     # -- inspection -----------------------------------------------------------------------
 
     def reset(self) -> None:
         """Forgets the run: window, steps, stop, call ids and cached results."""
-        with self._lock:
+        with self._locked():
+            self._released.append((self._stopped, self._by_call_id, self._cache))
             self._clear()
 
     @property

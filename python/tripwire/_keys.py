@@ -39,19 +39,25 @@ def _too_deep() -> RecursionError:
 
 
 def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
-    """``normalise`` for a value found inside ``depth`` enclosing dicts or lists."""
+    """``normalise`` for a value found inside ``depth`` enclosing dicts or lists.
+
+    Plain loops rather than comprehensions: a comprehension is a frame of its own, and the
+    walk should cost one Python frame a level, so 256 levels fit any caller's stack."""
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             raise _too_deep()
-        return {
-            k: normalise_at(v, volatile, depth + 1)
-            for k, v in sorted(value.items())
-            if k not in volatile and v is not None
-        }
+        normalised = {}
+        for k, v in sorted(value.items()):
+            if k not in volatile and v is not None:
+                normalised[k] = normalise_at(v, volatile, depth + 1)
+        return normalised
     if isinstance(value, list):
         if depth >= MAX_DEPTH:
             raise _too_deep()
-        return [normalise_at(v, volatile, depth + 1) for v in value]
+        items = []
+        for v in value:
+            items.append(normalise_at(v, volatile, depth + 1))
+        return items
     if isinstance(value, str):
         return " ".join(value.split())
     if isinstance(value, float) and value.is_integer():
