@@ -60,7 +60,7 @@ impl<'a> Text<'a> {
     /// (and equals UTF-8 byte order, but not the UTF-16 order of RFC 8785).
     pub fn cmp_code_points(self, other: Text<'_>) -> std::cmp::Ordering {
         match (self, other) {
-            (Text::Latin1(a), Text::Latin1(b)) | (Text::Wtf8(a), Text::Wtf8(b)) => a.cmp(b),
+            (Text::Latin1(a), Text::Latin1(b)) | (Text::Wtf8(a), Text::Wtf8(b)) => cmp_short(a, b),
             _ => self.code_points().cmp(other.code_points()),
         }
     }
@@ -80,6 +80,18 @@ impl<'a> Text<'a> {
     pub fn equals_str(self, word: &str) -> bool {
         self.same_as(Text::Wtf8(word.as_bytes()))
     }
+}
+
+/// Byte-wise order, inline: keys are short and usually differ early, where a call to
+/// `memcmp` would cost more than the comparison.
+#[inline]
+fn cmp_short(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 /// Iterator over the code points of a [`Text`].
@@ -201,16 +213,18 @@ fn push_escaped(out: &mut Vec<u8>, c: u32) {
 /// Byte classes for the ASCII fast path.
 const PLAIN: u8 = 0; // printable, written as is
 const SPACE: u8 = 1; // one of Python's whitespace characters
-const ESCAPE: u8 = 2; // needs a backslash escape
-const WIDE: u8 = 3; // not ASCII
+const ESCAPE: u8 = 2; // needs a backslash escape (non-ASCII ones as \u00XX)
 
-const fn ascii_classes() -> [u8; 256] {
-    let mut table = [WIDE; 256];
+/// Classes of the Latin-1 code points (one byte each in CPython's compact strings; the
+/// ASCII half also serves UTF-8 text that is all ASCII).
+const fn latin1_classes() -> [u8; 256] {
+    let mut table = [ESCAPE; 256];
     let mut b = 0;
-    while b < 128 {
-        table[b] = if (b >= 0x09 && b <= 0x0d) || (b >= 0x1c && b <= 0x20) {
+    while b < 256 {
+        table[b] = if (b >= 0x09 && b <= 0x0d) || (b >= 0x1c && b <= 0x20) || b == 0x85 || b == 0xa0
+        {
             SPACE
-        } else if b < 0x20 || b == 0x22 || b == 0x5c || b == 0x7f {
+        } else if b < 0x20 || b == 0x22 || b == 0x5c || b >= 0x7f {
             ESCAPE
         } else {
             PLAIN
@@ -220,37 +234,32 @@ const fn ascii_classes() -> [u8; 256] {
     table
 }
 
-static CLASS: [u8; 256] = ascii_classes();
+static CLASS: [u8; 256] = latin1_classes();
+
+/// True for the Latin-1 code points `ensure_ascii` writes as something other than themselves.
+#[inline]
+fn needs_escape(b: u8) -> bool {
+    !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\'
+}
 
 /// Writes `text` as a JSON string literal, quotes included, without changing its content.
 pub fn write_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
-    if let Text::Latin1(bytes) | Text::Wtf8(bytes) = text {
-        // Nearly every key: printable ASCII with nothing to escape, copied in one go.
-        if bytes
-            .iter()
-            .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-        {
-            out.extend_from_slice(bytes);
-            out.push(b'"');
-            return;
-        }
-    }
     match text {
-        Text::Latin1(bytes) | Text::Wtf8(bytes) if bytes.is_ascii() => {
-            write_ascii_escaped(out, bytes)
-        }
+        Text::Latin1(bytes) => write_latin1_escaped(out, bytes),
+        Text::Wtf8(bytes) if bytes.is_ascii() => write_latin1_escaped(out, bytes),
         _ => text.for_each_code_point(|c| push_escaped(out, c)),
     }
     out.push(b'"');
 }
 
-fn write_ascii_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
+/// Copies runs that need no escape in one go: for nearly every key, the whole key.
+fn write_latin1_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut rest = bytes;
     while !rest.is_empty() {
         let plain = rest
             .iter()
-            .position(|&b| CLASS[b as usize] == ESCAPE || b < 0x20)
+            .position(|&b| needs_escape(b))
             .unwrap_or(rest.len());
         out.extend_from_slice(&rest[..plain]);
         if let Some(&b) = rest.get(plain) {
@@ -266,9 +275,8 @@ fn write_ascii_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 pub fn write_collapsed_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
     match text {
-        Text::Latin1(bytes) | Text::Wtf8(bytes) if bytes.is_ascii() => {
-            write_ascii_collapsed(out, bytes)
-        }
+        Text::Latin1(bytes) => write_latin1_collapsed(out, bytes),
+        Text::Wtf8(bytes) if bytes.is_ascii() => write_latin1_collapsed(out, bytes),
         _ => {
             // `pending_space`: whitespace seen since the last word; written only if another
             // word follows, so leading and trailing whitespace disappear.
@@ -291,9 +299,9 @@ pub fn write_collapsed_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
 }
 
-/// The ASCII case of [`write_collapsed_str`]: copies runs of printable characters (single
+/// The one-byte case of [`write_collapsed_str`]: copies runs of printable ASCII (single
 /// spaces between them included) in one go, which is most of any prose or code.
-fn write_ascii_collapsed(out: &mut Vec<u8>, bytes: &[u8]) {
+fn write_latin1_collapsed(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
     let mut i = 0;
     let mut pending_space = false;

@@ -172,6 +172,14 @@ fn too_deep() -> PyErr {
     PyRecursionError::new_err(format!("arguments nested deeper than {MAX_DEPTH} levels"))
 }
 
+/// A dict entry being written: the key's characters, the key itself (owned, which keeps
+/// those characters alive even if a callback changes the dict) and the value.
+struct Entry<'py> {
+    text: Text<'py>,
+    _key: Bound<'py, PyString>,
+    value: Bound<'py, PyAny>,
+}
+
 /// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
 struct Walker<'a, 'py> {
     py: Python<'py>,
@@ -253,7 +261,7 @@ impl<'py> Walker<'_, 'py> {
         }
         // Owned references (an incref each): a callback into Python later in the walk may
         // change the dict. Most argument dicts are small, so the entries live on the stack.
-        let mut entries: SmallVec<[(Bound<'py, PyString>, Bound<'py, PyAny>); 8]> = SmallVec::new();
+        let mut entries: SmallVec<[Entry<'py>; 8]> = SmallVec::new();
         let mut pos: ffi::Py_ssize_t = 0;
         let mut key_ptr = std::ptr::null_mut();
         let mut value_ptr = std::ptr::null_mut();
@@ -278,24 +286,27 @@ impl<'py> Walker<'_, 'py> {
             }
             // SAFETY: exact str, checked above.
             let key = unsafe { key.cast_into_unchecked::<PyString>() };
-            if self.volatile.contains(text_of(&key)?) {
+            // SAFETY: the view borrows the key's characters, and the entry owns a reference
+            // to the key for as long as the view lives; str objects are immutable.
+            let text: Text<'py> = unsafe { std::mem::transmute(text_of(&key)?) };
+            if self.volatile.contains(text) {
                 continue;
             }
-            entries.push((key, value));
+            entries.push(Entry {
+                text,
+                _key: key,
+                value,
+            });
         }
-        // Every key was viewed above without error, so viewing it again cannot fail.
-        fn view<'k>(key: &'k Bound<'_, PyString>) -> Text<'k> {
-            text_of(key).unwrap_or(Text::Latin1(&[]))
-        }
-        entries.sort_unstable_by(|a, b| view(&a.0).cmp_code_points(view(&b.0)));
+        entries.sort_unstable_by(|a, b| a.text.cmp_code_points(b.text));
         self.out.push(b'{');
-        for (n, (key, value)) in entries.iter().enumerate() {
+        for (n, entry) in entries.iter().enumerate() {
             if n > 0 {
                 self.out.push(b',');
             }
-            canon::write_str(&mut self.out, view(key));
+            canon::write_str(&mut self.out, entry.text);
             self.out.push(b':');
-            self.value(value, depth + 1)?;
+            self.value(&entry.value, depth + 1)?;
         }
         self.out.push(b'}');
         Ok(())
