@@ -1,8 +1,10 @@
-//! The guard's decision logic (DESIGN.md §2), free of Python: the window of recent keys,
-//! the step count, the stop latch, the call-id memory and the read-result cache.
+//! The guard's decision logic (DESIGN.md §2), free of Python: the window of recent calls,
+//! the step count, the stop latch, the call-id memory, the read-result cache, and what the
+//! observed results say about progress (issue #6; `tripwire/_guard.py` documents the rules
+//! and is the reference this mirrors).
 //!
-//! Verdicts (`V`) and cached results (`R`) are opaque here, so the Python layer can keep its
-//! own objects in them. Anything the state lets go of is handed back as [`Released`] rather
+//! Verdicts (`V`), cached results (`R`) and tool names (`N`) are opaque here, so the Python
+//! layer can keep its own objects in them. Anything the state lets go of is handed back as [`Released`] rather
 //! than dropped in place: dropping a Python object can run arbitrary Python code, which must
 //! not happen while the caller holds the guard's lock.
 
@@ -36,6 +38,7 @@ impl Action {
 pub enum Reason {
     LoopDetected,
     BudgetExhausted,
+    NoProgress,
 }
 
 impl Reason {
@@ -43,8 +46,34 @@ impl Reason {
         match self {
             Reason::LoopDetected => "loop_detected",
             Reason::BudgetExhausted => "budget_exhausted",
+            Reason::NoProgress => "no_progress",
         }
     }
+}
+
+/// What a verdict's message is about, beyond its action and reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// No results observed: the hash-only verdict.
+    Plain,
+    /// Repeats whose results were observed and did not change.
+    Unchanged,
+    /// This many calls to the tool in a row came back empty.
+    Empty(u32),
+    /// The last calls went twice round a cycle of these tools (ids from `intern_tool`).
+    Cycle(Vec<u32>),
+    /// A poll tool reached this limit.
+    PollLimit(u32),
+}
+
+/// How many times a run may repeat one call to a poll tool, unless its policy says.
+pub const DEFAULT_MAX_POLLS: u32 = 20;
+
+/// What the decision needs to know of a call's tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolRule {
+    pub policy: Policy,
+    pub max_polls: u32,
 }
 
 /// A tool's policy, declared beside the tool.
@@ -56,16 +85,18 @@ pub enum Policy {
     Write,
     /// A read whose answer moves faster than a run (builds, queues, live metrics): never cached.
     Volatile,
+    /// A volatile read that is meant to be repeated while waiting: never a loop, up to a
+    /// number of polls a run.
+    Poll,
 }
 
 impl Policy {
-    pub const NAMES: [&'static str; 3] = ["read", "write", "volatile"];
-
     pub fn parse(name: &str) -> Option<Policy> {
         match name {
             "read" => Some(Policy::Read),
             "write" => Some(Policy::Write),
             "volatile" => Some(Policy::Volatile),
+            "poll" => Some(Policy::Poll),
             _ => None,
         }
     }
@@ -122,41 +153,72 @@ impl Limits {
 }
 
 /// What the counts say about one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub action: Action,
     pub reason: Option<Reason>,
     pub repeats: u32,
     pub step: u64,
+    pub detail: Detail,
 }
 
 /// Objects the state let go of, to be dropped by the caller once its lock is released.
-pub struct Released<V, R> {
+pub struct Released<V, R, N> {
     pub verdicts: Vec<V>,
     pub results: Vec<R>,
+    pub names: Vec<N>,
 }
 
-impl<V, R> Default for Released<V, R> {
+impl<V, R, N> Default for Released<V, R, N> {
     fn default() -> Self {
         Released {
             verdicts: Vec::new(),
             results: Vec::new(),
+            names: Vec::new(),
         }
     }
 }
 
+impl<V, R, N> Released<V, R, N> {
+    pub fn absorb(&mut self, mut other: Released<V, R, N>) {
+        self.verdicts.append(&mut other.verdicts);
+        self.results.append(&mut other.results);
+        self.names.append(&mut other.names);
+    }
+}
+
+/// One call in the window.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: Key,
+    tool: u32,
+    step: u64,
+    /// Nudged: it never ran.
+    nudged: bool,
+    /// An allowed call to a `write` tool.
+    writes: bool,
+    /// Once observed: the result's key, and whether it was empty.
+    result: Option<Key>,
+    empty: bool,
+}
+
 /// One run's state. Nothing is allocated until the first call.
-pub struct RunState<V, R> {
-    window: VecDeque<Key>,
+pub struct RunState<V, R, N> {
+    window: VecDeque<Entry>,
     steps: u64,
     stopped: Option<V>,
     by_call_id: HashMap<Box<[u8]>, V>,
     call_id_order: VecDeque<Box<[u8]>>,
     cache: HashMap<Key, R>,
     cache_order: VecDeque<Key>,
+    /// Checks of each poll tool's call so far this run (not only in the window).
+    polls: HashMap<Key, u32>,
+    /// Tool names seen this run, by id: entries hold ids, messages need names.
+    tool_ids: HashMap<Box<[u8]>, u32>,
+    tool_names: Vec<N>,
 }
 
-impl<V, R> Default for RunState<V, R> {
+impl<V, R, N> Default for RunState<V, R, N> {
     fn default() -> Self {
         RunState {
             window: VecDeque::new(),
@@ -166,11 +228,14 @@ impl<V, R> Default for RunState<V, R> {
             call_id_order: VecDeque::new(),
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
+            polls: HashMap::new(),
+            tool_ids: HashMap::new(),
+            tool_names: Vec::new(),
         }
     }
 }
 
-impl<V, R> RunState<V, R> {
+impl<V, R, N> RunState<V, R, N> {
     /// The verdict a call already has: the one given to the same call id before, or the
     /// stop the run ended with.
     pub fn recall(&self, call_id: Option<&[u8]>) -> Option<&V> {
@@ -184,25 +249,165 @@ impl<V, R> RunState<V, R> {
         self.by_call_id.contains_key(call_id)
     }
 
-    /// Counts `key` against the window and says what to do; changes nothing.
-    pub fn decide(&self, limits: &Limits, key: Key) -> Decision {
-        let repeats = self.window.iter().filter(|&&k| k == key).count() as u32 + 1;
+    /// The id of a tool, by its name's bytes; `name` makes its handle the first time.
+    pub fn intern_tool(&mut self, bytes: &[u8], name: impl FnOnce() -> N) -> u32 {
+        if let Some(&id) = self.tool_ids.get(bytes) {
+            return id;
+        }
+        let id = self.tool_names.len() as u32;
+        self.tool_ids.insert(bytes.into(), id);
+        self.tool_names.push(name());
+        id
+    }
+
+    /// The handle of a tool id from `intern_tool`.
+    pub fn tool_name(&self, id: u32) -> Option<&N> {
+        self.tool_names.get(id as usize)
+    }
+
+    /// Says what to do with a call; changes nothing.
+    pub fn decide(&self, limits: &Limits, key: Key, tool: u32, rule: Option<ToolRule>) -> Decision {
         let step = self.steps + 1;
-        let (action, reason) = if repeats >= limits.stop_at {
-            (Action::Stop, Some(Reason::LoopDetected))
-        } else if limits.max_steps.is_some_and(|budget| self.steps >= budget) {
-            (Action::Stop, Some(Reason::BudgetExhausted))
-        } else if repeats >= limits.nudge_at {
-            (Action::Nudge, None)
-        } else {
-            (Action::Allow, None)
-        };
-        Decision {
+        let over_budget = limits.max_steps.is_some_and(|budget| self.steps >= budget);
+        let decision = |action, reason, repeats, detail| Decision {
             action,
             reason,
             repeats,
             step,
+            detail,
+        };
+        if let Some(ToolRule {
+            policy: Policy::Poll,
+            max_polls,
+        }) = rule
+        {
+            let polls = self.polls.get(&key).copied().unwrap_or(0) + 1;
+            return if polls > max_polls {
+                decision(
+                    Action::Stop,
+                    Some(Reason::LoopDetected),
+                    polls,
+                    Detail::PollLimit(max_polls),
+                )
+            } else if over_budget {
+                decision(
+                    Action::Stop,
+                    Some(Reason::BudgetExhausted),
+                    polls,
+                    Detail::Plain,
+                )
+            } else {
+                decision(Action::Allow, None, polls, Detail::Plain)
+            };
         }
+        let (repeats, unchanged) = self.unchanged_repeats(key);
+        let repeat_detail = if unchanged {
+            Detail::Unchanged
+        } else {
+            Detail::Plain
+        };
+        let empty_run = self.empty_run(tool);
+        if repeats >= limits.stop_at {
+            return decision(
+                Action::Stop,
+                Some(Reason::LoopDetected),
+                repeats,
+                repeat_detail,
+            );
+        }
+        if let Some(cycle) = self.cycle(key) {
+            return decision(
+                Action::Stop,
+                Some(Reason::NoProgress),
+                repeats,
+                Detail::Cycle(cycle),
+            );
+        }
+        if empty_run > limits.stop_at {
+            return decision(
+                Action::Stop,
+                Some(Reason::NoProgress),
+                repeats,
+                Detail::Empty(empty_run),
+            );
+        }
+        if over_budget {
+            return decision(
+                Action::Stop,
+                Some(Reason::BudgetExhausted),
+                repeats,
+                Detail::Plain,
+            );
+        }
+        if repeats >= limits.nudge_at {
+            return decision(Action::Nudge, None, repeats, repeat_detail);
+        }
+        if empty_run > limits.nudge_at {
+            return decision(Action::Nudge, None, repeats, Detail::Empty(empty_run));
+        }
+        decision(Action::Allow, None, repeats, Detail::Plain)
+    }
+
+    /// Occurrences of `key` since the world last changed, this one included, and whether any
+    /// had its result observed (see `_unchanged_repeats` in the reference).
+    fn unchanged_repeats(&self, key: Key) -> (u32, bool) {
+        let earlier = || self.window.iter().filter(|e| e.key == key);
+        let Some(last) = earlier().filter_map(|e| e.result).next_back() else {
+            return (earlier().count() as u32 + 1, false);
+        };
+        let mut count = 0;
+        let mut wrote = false;
+        for entry in self.window.iter().rev() {
+            if entry.key == key {
+                if wrote || entry.result.is_some_and(|r| r != last) {
+                    break;
+                }
+                count += 1;
+            }
+            wrote |= entry.writes;
+        }
+        (count + 1, true)
+    }
+
+    /// Calls to `tool` at the end of the window that came back empty or were nudged,
+    /// provided at least one of them ran and came back empty.
+    fn empty_run(&self, tool: u32) -> u32 {
+        let mut run = 0;
+        let mut seen_empty = false;
+        for entry in self.window.iter().rev() {
+            if entry.tool != tool || !(entry.empty || entry.nudged) {
+                break;
+            }
+            run += 1;
+            seen_empty |= entry.empty;
+        }
+        if seen_empty {
+            run
+        } else {
+            0
+        }
+    }
+
+    /// The tools of the shortest cycle the window went round twice with the same results
+    /// that a call of `key` would start a third round of.
+    fn cycle(&self, key: Key) -> Option<Vec<u32>> {
+        let n = self.window.len();
+        for period in 2..=n / 2 {
+            let laps: Vec<&Entry> = self.window.range(n - 2 * period..).collect();
+            if laps[0].key != key || laps.iter().any(|e| e.result.is_none()) {
+                continue;
+            }
+            let (first, second) = laps.split_at(period);
+            let same = first
+                .iter()
+                .zip(second)
+                .all(|(a, b)| a.key == b.key && a.result == b.result);
+            let distinct = first.iter().any(|e| e.key != first[0].key);
+            if same && distinct {
+                return Some(first.iter().map(|e| e.tool).collect());
+            }
+        }
+        None
     }
 
     /// The cached result for `key`, if an allowed call of a `read` tool may use it.
@@ -214,20 +419,23 @@ impl<V, R> RunState<V, R> {
         }
     }
 
-    /// Applies a decision: counts the step, appends the key or latches the stop, remembers
-    /// the call id, and forgets cached reads when a call that may write is let through.
-    /// `latched` is the verdict to answer every later call with, for a stop.
+    /// Applies a decision: counts the step, appends the call or latches the stop, remembers
+    /// the call id, counts polls, and forgets cached reads when a call that may write is let
+    /// through. `latched` is the verdict to answer every later call with, for a stop.
+    #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
         limits: &Limits,
         key: Key,
+        tool: u32,
         decision: &Decision,
         policy: Option<Policy>,
         latched: Option<V>,
         remembered: Option<(&[u8], V)>,
-    ) -> Released<V, R> {
+    ) -> Released<V, R, N> {
         let mut released = Released::default();
         self.steps = decision.step;
+        let allowed = decision.action == Action::Allow;
         if decision.action == Action::Stop {
             if let Some(old) = std::mem::replace(&mut self.stopped, latched) {
                 released.verdicts.push(old);
@@ -236,11 +444,22 @@ impl<V, R> RunState<V, R> {
             if self.window.len() >= limits.window {
                 self.window.pop_front();
             }
-            self.window.push_back(key);
+            self.window.push_back(Entry {
+                key,
+                tool,
+                step: decision.step,
+                nudged: decision.action == Action::Nudge,
+                writes: allowed && policy == Some(Policy::Write),
+                result: None,
+                empty: false,
+            });
         }
-        if decision.action == Action::Allow && matches!(policy, None | Some(Policy::Write)) {
+        if allowed && matches!(policy, None | Some(Policy::Write)) {
             released.results.extend(self.cache.drain().map(|(_, r)| r));
             self.cache_order.clear();
+        }
+        if allowed && policy == Some(Policy::Poll) {
+            *self.polls.entry(key).or_insert(0) += 1;
         }
         if let Some((call_id, verdict)) = remembered {
             self.remember(call_id, verdict, &mut released);
@@ -248,8 +467,22 @@ impl<V, R> RunState<V, R> {
         released
     }
 
+    /// Records what the call checked at `step` with `key` returned, if it is still in the
+    /// window.
+    pub fn observe(&mut self, step: u64, key: Key, result: Key, empty: bool) {
+        if let Some(entry) = self
+            .window
+            .iter_mut()
+            .rev()
+            .find(|e| e.step == step && e.key == key)
+        {
+            entry.result = Some(result);
+            entry.empty = empty;
+        }
+    }
+
     /// Remembers the verdict given to a call id.
-    pub fn remember(&mut self, call_id: &[u8], verdict: V, released: &mut Released<V, R>) {
+    pub fn remember(&mut self, call_id: &[u8], verdict: V, released: &mut Released<V, R, N>) {
         let id: Box<[u8]> = call_id.into();
         if let Some(old) = self.by_call_id.insert(id.clone(), verdict) {
             released.verdicts.push(old);
@@ -264,7 +497,7 @@ impl<V, R> RunState<V, R> {
     }
 
     /// Stores the result of an allowed `read` call for later allowed checks of the same key.
-    pub fn store_result(&mut self, key: Key, result: R) -> Released<V, R> {
+    pub fn store_result(&mut self, key: Key, result: R) -> Released<V, R, N> {
         let mut released = Released::default();
         if let Some(old) = self.cache.insert(key, result) {
             released.results.push(old);
@@ -280,7 +513,7 @@ impl<V, R> RunState<V, R> {
     }
 
     /// Forgets the run, handing back everything it held.
-    pub fn reset(&mut self) -> Released<V, R> {
+    pub fn reset(&mut self) -> Released<V, R, N> {
         let old = std::mem::take(self);
         Released {
             verdicts: old
@@ -289,6 +522,7 @@ impl<V, R> RunState<V, R> {
                 .chain(old.by_call_id.into_values())
                 .collect(),
             results: old.cache.into_values().collect(),
+            names: old.tool_names,
         }
     }
 
@@ -300,9 +534,9 @@ impl<V, R> RunState<V, R> {
         self.stopped.is_some()
     }
 
-    /// The window, oldest first.
+    /// The window's keys, oldest first.
     pub fn keys(&self) -> impl Iterator<Item = Key> + '_ {
-        self.window.iter().copied()
+        self.window.iter().map(|e| e.key)
     }
 
     pub fn len(&self) -> usize {
@@ -318,13 +552,136 @@ impl<V, R> RunState<V, R> {
 mod tests {
     use super::*;
 
-    type State = RunState<&'static str, u32>;
+    type State = RunState<&'static str, u32, &'static str>;
 
     fn run(state: &mut State, limits: &Limits, key: Key) -> Decision {
-        let decision = state.decide(limits, key);
+        run_tool(state, limits, key, 0, None)
+    }
+
+    fn run_tool(
+        state: &mut State,
+        limits: &Limits,
+        key: Key,
+        tool: u32,
+        rule: Option<ToolRule>,
+    ) -> Decision {
+        let decision = state.decide(limits, key, tool, rule);
         let latched = (decision.action == Action::Stop).then_some("stop");
-        state.commit(limits, key, &decision, None, latched, None);
+        let policy = rule.map(|r| r.policy);
+        state.commit(limits, key, tool, &decision, policy, latched, None);
         decision
+    }
+
+    /// Checks, and when allowed observes `result` (0 meaning an empty result).
+    fn run_observed(
+        state: &mut State,
+        key: Key,
+        tool: u32,
+        rule: Option<ToolRule>,
+        result: Key,
+    ) -> Decision {
+        let decision = run_tool(state, &seed_limits(), key, tool, rule);
+        if decision.action == Action::Allow {
+            state.observe(decision.step, key, result, result == 0);
+        }
+        decision
+    }
+
+    #[test]
+    fn polls_repeat_until_their_limit() {
+        let mut state = State::default();
+        let rule = Some(ToolRule {
+            policy: Policy::Poll,
+            max_polls: 4,
+        });
+        let actions: Vec<_> = (0..5)
+            .map(|_| run_observed(&mut state, 7, 0, rule, 1).action)
+            .collect();
+        use Action::*;
+        assert_eq!(actions, [Allow, Allow, Allow, Allow, Stop]);
+        let last = state.recall(None);
+        assert_eq!(last, Some(&"stop"));
+    }
+
+    #[test]
+    fn changed_results_are_progress_and_unchanged_ones_a_loop() {
+        let mut state = State::default();
+        let write = Some(ToolRule {
+            policy: Policy::Write,
+            max_polls: DEFAULT_MAX_POLLS,
+        });
+        // read, write, read, write, read: each read follows a write, so none is a repeat.
+        for (key, tool, rule, result) in [
+            (1, 0, None, 10),
+            (2, 1, write, 5),
+            (1, 0, None, 11),
+            (3, 1, write, 5),
+            (1, 0, None, 12),
+        ] {
+            assert_eq!(
+                run_observed(&mut state, key, tool, rule, result).action,
+                Action::Allow
+            );
+        }
+        let mut state = State::default();
+        assert_eq!(
+            run_observed(&mut state, 1, 0, None, 0).action,
+            Action::Allow
+        );
+        let nudge = run_observed(&mut state, 1, 0, None, 0);
+        assert_eq!(
+            (nudge.action, nudge.detail),
+            (Action::Nudge, Detail::Unchanged)
+        );
+        let stop = run_observed(&mut state, 1, 0, None, 0);
+        assert_eq!(
+            (stop.action, stop.reason),
+            (Action::Stop, Some(Reason::LoopDetected))
+        );
+    }
+
+    #[test]
+    fn a_cycle_gone_round_twice_stops_before_the_third_round() {
+        let mut state = State::default();
+        let write = Some(ToolRule {
+            policy: Policy::Write,
+            max_polls: DEFAULT_MAX_POLLS,
+        });
+        let lap = [
+            (1, 0, None, 21),
+            (2, 1, write, 5),
+            (1, 0, None, 22),
+            (3, 1, write, 5),
+        ];
+        for (key, tool, rule, result) in lap.iter().chain(&lap) {
+            assert_eq!(
+                run_observed(&mut state, *key, *tool, *rule, *result).action,
+                Action::Allow
+            );
+        }
+        let stop = run_observed(&mut state, 1, 0, None, 21);
+        assert_eq!(stop.reason, Some(Reason::NoProgress));
+        assert_eq!(stop.detail, Detail::Cycle(vec![0, 1, 0, 1]));
+    }
+
+    #[test]
+    fn empty_results_in_a_row_nudge_then_stop() {
+        let mut state = State::default();
+        let actions: Vec<_> = (10..15)
+            .map(|key| run_observed(&mut state, key, 0, None, 0))
+            .map(|d| (d.action, d.detail))
+            .collect();
+        use Action::*;
+        assert_eq!(
+            actions,
+            [
+                (Allow, Detail::Plain),
+                (Allow, Detail::Plain),
+                (Allow, Detail::Plain),
+                (Nudge, Detail::Empty(3)),
+                (Stop, Detail::Empty(4)),
+            ]
+        );
     }
 
     fn seed_limits() -> Limits {
@@ -381,14 +738,14 @@ mod tests {
     fn writes_clear_the_cache_and_reads_use_it() {
         let limits = Limits::new(12, 5, 6, None).unwrap();
         let mut state = State::default();
-        let d = state.decide(&limits, 7);
-        state.commit(&limits, 7, &d, Some(Policy::Read), None, None);
+        let d = state.decide(&limits, 7, 0, None);
+        state.commit(&limits, 7, 0, &d, Some(Policy::Read), None, None);
         state.store_result(7, 42);
-        let again = state.decide(&limits, 7);
+        let again = state.decide(&limits, 7, 0, None);
         assert_eq!(state.cached(&again, Some(Policy::Read), 7), Some(&42));
         assert_eq!(state.cached(&again, Some(Policy::Volatile), 7), None);
-        let write = state.decide(&limits, 8);
-        let released = state.commit(&limits, 8, &write, Some(Policy::Write), None, None);
+        let write = state.decide(&limits, 8, 1, None);
+        let released = state.commit(&limits, 8, 1, &write, Some(Policy::Write), None, None);
         assert_eq!(released.results, vec![42]);
         assert_eq!(state.cached(&again, Some(Policy::Read), 7), None);
     }

@@ -6,10 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyMapping, PySequence, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFrozenSet, PyInt, PyList, PySequence, PyString};
+use smallvec::SmallVec;
 
-use crate::canon::Text;
-use crate::guard::{Action, Decision, Limits, Policy, Reason, Released, RunState};
+use crate::canon::{self, Text};
+use crate::guard::{
+    Action, Decision, Detail, Limits, Policy, Reason, Released, RunState, ToolRule,
+};
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
 use crate::py_json::{invalid_json_key, json_key};
@@ -18,16 +22,105 @@ use crate::py_json::{invalid_json_key, json_key};
 /// lock is released, because allocating one can start a garbage collection whose callbacks
 /// run Python code, which may use this guard or hand the GIL to a thread that would then
 /// wait on the lock while holding the GIL.
-type State = RunState<Verdict, Py<PyAny>>;
-type ToolPolicies = HashMap<Box<[u8]>, Policy>;
+type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
+type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
+
+/// A tool's policy as the reference's `_check_tools` validated it.
+struct ToolSpec {
+    rule: ToolRule,
+    /// The texts that count as an empty result, as canonical JSON string literals (so a
+    /// result string, written the same way, is compared byte for byte).
+    empty_literals: Vec<Vec<u8>>,
+    /// The same texts as the reference holds them, for results only Python can judge.
+    empty_set: Py<PyFrozenSet>,
+}
+
+type ToolSpecs = HashMap<Box<[u8]>, ToolSpec>;
+
+/// The reference helpers for policies and results, imported once.
+struct GuardHelpers {
+    check_tools: Py<PyAny>,
+    result_value: Py<PyAny>,
+    result_digest: Py<PyAny>,
+    is_empty_result: Py<PyAny>,
+}
+
+static GUARD_HELPERS: PyOnceLock<GuardHelpers> = PyOnceLock::new();
+
+fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
+    GUARD_HELPERS.get_or_try_init(py, || {
+        let module = py.import("tripwire._guard")?;
+        Ok(GuardHelpers {
+            check_tools: module.getattr("_check_tools")?.unbind(),
+            result_value: module.getattr("result_value")?.unbind(),
+            result_digest: module.getattr("result_digest")?.unbind(),
+            is_empty_result: module.getattr("is_empty_result")?.unbind(),
+        })
+    })
+}
+
+/// A tool name's WTF-8 bytes, on the stack for any usual name.
+type NameBytes = SmallVec<[u8; 32]>;
+
+fn name_bytes(name: &Bound<'_, PyString>) -> PyResult<NameBytes> {
+    Ok(match text_of(name)? {
+        Text::Latin1(bytes) if bytes.is_ascii() => SmallVec::from_slice(bytes),
+        _ => SmallVec::from_vec(wtf8_of(name)?),
+    })
+}
 
 /// One call, validated and keyed, ready to be decided.
 struct Prepared<'py> {
     name: Bound<'py, PyString>,
+    name_bytes: NameBytes,
     key: Key,
-    policy: Option<Policy>,
+    rule: Option<ToolRule>,
     call_id: Option<CallId>,
     invalid_arguments: Option<Py<PyString>>,
+}
+
+/// What a verdict's message is about (`guard::Detail`, with tool names for cycles).
+enum VerdictDetail {
+    Plain,
+    Unchanged,
+    Empty(u32),
+    Cycle(Vec<Py<PyString>>),
+    PollLimit(u32),
+}
+
+impl VerdictDetail {
+    fn copy(&self, py: Python<'_>) -> VerdictDetail {
+        match self {
+            VerdictDetail::Plain => VerdictDetail::Plain,
+            VerdictDetail::Unchanged => VerdictDetail::Unchanged,
+            VerdictDetail::Empty(n) => VerdictDetail::Empty(*n),
+            VerdictDetail::Cycle(tools) => {
+                VerdictDetail::Cycle(tools.iter().map(|t| t.clone_ref(py)).collect())
+            }
+            VerdictDetail::PollLimit(n) => VerdictDetail::PollLimit(*n),
+        }
+    }
+
+    fn same_as(&self, py: Python<'_>, other: &VerdictDetail) -> PyResult<bool> {
+        Ok(match (self, other) {
+            (VerdictDetail::Plain, VerdictDetail::Plain)
+            | (VerdictDetail::Unchanged, VerdictDetail::Unchanged) => true,
+            (VerdictDetail::Empty(a), VerdictDetail::Empty(b))
+            | (VerdictDetail::PollLimit(a), VerdictDetail::PollLimit(b)) => a == b,
+            (VerdictDetail::Cycle(a), VerdictDetail::Cycle(b)) => {
+                if a.len() != b.len() {
+                    return Ok(false);
+                }
+                for (x, y) in a.iter().zip(b) {
+                    if !PyAnyMethods::eq(x.bind(py).as_any(), y.bind(py))? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            _ => false,
+        })
+    }
 }
 
 const ORDINALS: [&str; 8] = [
@@ -57,6 +150,7 @@ pub struct Verdict {
     window: usize,
     /// The guard's `max_steps` as the user wrote it, for the budget message.
     budget: Option<Arc<str>>,
+    detail: VerdictDetail,
 }
 
 impl Verdict {
@@ -88,6 +182,7 @@ impl Verdict {
             invalid_arguments: self.invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.window,
             budget: self.budget.clone(),
+            detail: self.detail.copy(py),
         }
     }
 }
@@ -136,35 +231,90 @@ impl Verdict {
     }
     #[getter]
     fn message<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyString>>> {
-        // The tool name goes in as the Python str it is (it may hold lone surrogates).
-        let (before, after) = match (self.action, self.reason) {
-            (Action::Nudge, _) => (
-                format!("This is the {} identical call to ", ordinal(self.repeats)),
-                " with the same arguments. Do not repeat it. Either use different arguments, \
-                 use a different tool, or report what you have so far."
-                    .to_string(),
-            ),
-            (Action::Stop, Some(Reason::LoopDetected)) => (
-                "Stopped (loop_detected): ".to_string(),
-                format!(
-                    " was called {} times with the same arguments within the last {} calls.",
-                    self.repeats, self.window
+        // Texts as in the reference's `nudge_message` and `stop_message`. The tool names go
+        // in as the Python strs they are (they may hold lone surrogates).
+        let tool = self.tool.bind(py).clone();
+        let text = |t: &str| PyString::new(py, t);
+        let parts: Vec<Bound<'py, PyString>> = match (self.action, self.reason, &self.detail) {
+            (Action::Nudge, _, VerdictDetail::Empty(n)) => vec![
+                text(&format!("{n} calls to ")),
+                tool,
+                text(
+                    " in a row returned nothing. Do not reword the same request again: try a \
+                     different tool or approach, or report what you have so far.",
                 ),
-            ),
-            (Action::Stop, Some(Reason::BudgetExhausted)) => {
-                let text = format!(
-                    "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
-                    self.budget.as_deref().unwrap_or("None")
-                );
-                return Ok(Some(PyString::new(py, &text)));
+            ],
+            (Action::Nudge, _, detail) => {
+                let unchanged = if matches!(detail, VerdictDetail::Unchanged) {
+                    ", and the result has not changed"
+                } else {
+                    ""
+                };
+                vec![
+                    text(&format!(
+                        "This is the {} identical call to ",
+                        ordinal(self.repeats)
+                    )),
+                    tool,
+                    text(&format!(
+                        " with the same arguments{unchanged}. Do not repeat it. Either use \
+                         different arguments, use a different tool, or report what you have so \
+                         far."
+                    )),
+                ]
+            }
+            (Action::Stop, Some(Reason::BudgetExhausted), _) => vec![text(&format!(
+                "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
+                self.budget.as_deref().unwrap_or("None")
+            ))],
+            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Empty(n)) => vec![
+                text(&format!("Stopped (no_progress): {n} calls to ")),
+                tool,
+                text(" in a row returned nothing."),
+            ],
+            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Cycle(tools)) => {
+                let mut parts = vec![text(&format!(
+                    "Stopped (no_progress): the last {} calls went twice round the same cycle (",
+                    2 * tools.len()
+                ))];
+                for (i, name) in tools.iter().enumerate() {
+                    if i > 0 {
+                        parts.push(text(" -> "));
+                    }
+                    parts.push(name.bind(py).clone());
+                }
+                parts.push(text(") with the same results; "));
+                parts.push(tool);
+                parts.push(text(" would start a third round."));
+                parts
+            }
+            (Action::Stop, Some(Reason::LoopDetected), VerdictDetail::PollLimit(limit)) => vec![
+                text("Stopped (loop_detected): "),
+                tool,
+                text(&format!(
+                    " was polled {} times with the same arguments, more than its limit of \
+                     {limit}.",
+                    self.repeats
+                )),
+            ],
+            (Action::Stop, Some(Reason::LoopDetected), detail) => {
+                let same = if matches!(detail, VerdictDetail::Unchanged) {
+                    " and the same result"
+                } else {
+                    ""
+                };
+                vec![
+                    text("Stopped (loop_detected): "),
+                    tool,
+                    text(&format!(
+                        " was called {} times with the same arguments{same} within the last {} \
+                         calls.",
+                        self.repeats, self.window
+                    )),
+                ]
             }
             _ => return Ok(None),
         };
-        let parts = [
-            PyString::new(py, &before),
-            self.tool.bind(py).clone(),
-            PyString::new(py, &after),
-        ];
         Ok(Some(
             PyString::new(py, "")
                 .call_method1("join", (parts,))?
@@ -192,6 +342,7 @@ impl Verdict {
             && PyAnyMethods::eq(self.tool.bind(py).as_any(), other.tool.bind(py))?
             && same_str(&self.call_id, &other.call_id)?
             && same_str(&self.invalid_arguments, &other.invalid_arguments)?
+            && self.detail.same_as(py, &other.detail)?
             && match (&self.cached, &other.cached) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.is(b),
@@ -233,8 +384,10 @@ impl Verdict {
 pub struct Guard {
     limits: Limits,
     volatile: Arc<VolatileKeys>,
+    /// Results are keyed with the default volatile keys, as the reference keys them.
+    default_volatile: Arc<VolatileKeys>,
     /// Tool name (WTF-8) to policy.
-    tools: ToolPolicies,
+    tools: ToolSpecs,
     tools_repr: String,
     max_steps_text: Option<Arc<str>>,
     state: Mutex<State>,
@@ -330,14 +483,66 @@ impl Guard {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn policy_of(&self, name: &Bound<'_, PyString>) -> PyResult<Option<Policy>> {
-        if self.tools.is_empty() {
-            return Ok(None);
+    fn spec_of(&self, name_bytes: &[u8]) -> Option<&ToolSpec> {
+        self.tools.get(name_bytes)
+    }
+
+    /// A result's digest and whether it is empty, as the reference's `result_value`,
+    /// `result_digest` and `is_empty_result` say. Plain strs, lists, dicts and None are
+    /// judged here; anything else is handed to those helpers.
+    fn describe_result(
+        &self,
+        py: Python<'_>,
+        spec: Option<&ToolSpec>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<(Key, bool)> {
+        let helpers = guard_helpers(py)?;
+        let plain = result.is_none()
+            || result.is_exact_instance_of::<PyString>()
+            || result.is_exact_instance_of::<PyList>()
+            || result.is_exact_instance_of::<PyDict>();
+        if !plain {
+            let value = helpers.result_value.bind(py).call1((result,))?;
+            let digest: String = helpers.result_digest.bind(py).call1((&value,))?.extract()?;
+            let empty_set = match spec {
+                Some(spec) => spec.empty_set.bind(py).clone(),
+                None => PyFrozenSet::empty(py)?,
+            };
+            let empty: bool = helpers
+                .is_empty_result
+                .bind(py)
+                .call1((&value, empty_set))?
+                .extract()?;
+            return Ok((parse_digest(&digest)?, empty));
         }
-        Ok(match text_of(name)? {
-            Text::Latin1(bytes) if bytes.is_ascii() => self.tools.get(bytes).copied(),
-            _ => self.tools.get(wtf8_of(name)?.as_slice()).copied(),
-        })
+        let digest = match canonical_key(
+            py,
+            &PyString::new(py, "result"),
+            result,
+            &self.default_volatile,
+        ) {
+            Ok(key) => key,
+            // The reference keys what it cannot key by its repr; let it.
+            Err(err)
+                if err.is_instance_of::<PyTypeError>(py)
+                    || err.is_instance_of::<PyValueError>(py)
+                    || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py) =>
+            {
+                let digest: String = helpers.result_digest.bind(py).call1((result,))?.extract()?;
+                parse_digest(&digest)?
+            }
+            Err(err) => return Err(err),
+        };
+        let empty = if result.is_none() {
+            true
+        } else if let Ok(text) = result.cast::<PyString>() {
+            let mut literal = Vec::with_capacity(16);
+            canon::write_collapsed_str(&mut literal, text_of(text)?);
+            literal == b"\"\"" || spec.is_some_and(|s| s.empty_literals.contains(&literal))
+        } else {
+            result.len()? == 0
+        };
+        Ok((digest, empty))
     }
 
     /// Validates and keys one call; raises before anything changes.
@@ -351,11 +556,13 @@ impl Guard {
         let call_id = call_id_arg(call_id)?;
         let key = canonical_key(py, name, args, &self.volatile)?;
         let name = name.cast::<PyString>()?.clone();
-        let policy = self.policy_of(&name)?;
+        let name_bytes = name_bytes(&name)?;
+        let rule = self.spec_of(&name_bytes).map(|s| s.rule);
         Ok(Prepared {
             name,
+            name_bytes,
             key,
-            policy,
+            rule,
             call_id,
             invalid_arguments: None,
         })
@@ -380,11 +587,13 @@ impl Guard {
             Err(err) => return Err(err),
         };
         let name = name.cast::<PyString>()?.clone();
-        let policy = self.policy_of(&name)?;
+        let name_bytes = name_bytes(&name)?;
+        let rule = self.spec_of(&name_bytes).map(|s| s.rule);
         Ok(Prepared {
             name,
+            name_bytes,
             key,
-            policy,
+            rule,
             call_id,
             invalid_arguments,
         })
@@ -396,20 +605,34 @@ impl Guard {
         py: Python<'_>,
         state: &mut State,
         call: &Prepared<'_>,
-        released: &mut Released<Verdict, Py<PyAny>>,
+        released: &mut Dropped,
     ) -> Verdict {
         let Prepared {
             name,
+            name_bytes,
             key,
-            policy,
+            rule,
             call_id,
             invalid_arguments,
         } = call;
-        let (key, policy, call_id) = (*key, *policy, call_id.as_ref());
+        let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
+        let policy = rule.map(|r| r.policy);
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes)) {
             return known.duplicate(py);
         }
-        let decision: Decision = state.decide(&self.limits, key);
+        let tool = state.intern_tool(name_bytes, || name.clone().unbind());
+        let decision: Decision = state.decide(&self.limits, key, tool, rule);
+        let detail = match &decision.detail {
+            Detail::Plain => VerdictDetail::Plain,
+            Detail::Unchanged => VerdictDetail::Unchanged,
+            Detail::Empty(n) => VerdictDetail::Empty(*n),
+            Detail::PollLimit(n) => VerdictDetail::PollLimit(*n),
+            Detail::Cycle(ids) => VerdictDetail::Cycle(
+                ids.iter()
+                    .filter_map(|&id| state.tool_name(id).map(|n| n.clone_ref(py)))
+                    .collect(),
+            ),
+        };
         let cached = state
             .cached(&decision, policy, key)
             .map(|r| r.clone_ref(py));
@@ -426,12 +649,19 @@ impl Guard {
             invalid_arguments: invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
             window: self.limits.window,
             budget: self.max_steps_text.clone(),
+            detail,
         };
         let latched = (decision.action == Action::Stop).then(|| verdict.copy(py, None, None));
         let remembered = call_id.map(|c| (&*c.bytes, verdict.duplicate(py)));
-        let mut more = state.commit(&self.limits, key, &decision, policy, latched, remembered);
-        released.verdicts.append(&mut more.verdicts);
-        released.results.append(&mut more.results);
+        released.absorb(state.commit(
+            &self.limits,
+            key,
+            tool,
+            &decision,
+            policy,
+            latched,
+            remembered,
+        ));
         verdict
     }
 }
@@ -440,6 +670,10 @@ impl Guard {
 struct CallId {
     object: Py<PyString>,
     bytes: Vec<u8>,
+}
+
+fn parse_digest(hex: &str) -> PyResult<Key> {
+    crate::key::parse_key_hex(hex).ok_or_else(|| PyValueError::new_err("malformed result digest"))
 }
 
 fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
@@ -478,10 +712,12 @@ impl Guard {
             _ => None,
         };
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+        let default_volatile = VolatileKeys::from_arg(py, None)?;
         let (tools, tools_repr) = tools_arg(py, tools)?;
         Ok(Guard {
             limits,
             volatile,
+            default_volatile,
             tools,
             tools_repr,
             max_steps_text,
@@ -616,13 +852,43 @@ impl Guard {
         if verdict.action != Action::Allow || result.is_none() {
             return Ok(());
         }
-        if self.policy_of(verdict.tool.bind(py))? != Some(Policy::Read) {
+        let tool = name_bytes(verdict.tool.bind(py))?;
+        if self.spec_of(&tool).map(|s| s.rule.policy) != Some(Policy::Read) {
             return Ok(());
         }
         let released = self
             .lock()
             .store_result(verdict.key, result.clone().unbind());
         drop(released);
+        Ok(())
+    }
+
+    /// Tells the guard what an allowed call returned (see the reference's `observe`).
+    #[pyo3(signature = (verdict, result, /))]
+    fn observe(
+        &self,
+        py: Python<'_>,
+        verdict: &Bound<'_, PyAny>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let verdict = verdict.cast::<Verdict>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "observe() takes a Verdict, not {}",
+                verdict
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let verdict = verdict.get();
+        if verdict.action != Action::Allow {
+            return Ok(());
+        }
+        let tool = name_bytes(verdict.tool.bind(py))?;
+        let (digest, empty) = self.describe_result(py, self.spec_of(&tool), result)?;
+        self.lock()
+            .observe(verdict.step, verdict.key, digest, empty);
         Ok(())
     }
 
@@ -664,46 +930,45 @@ impl Guard {
     }
 }
 
-/// Validates `tools=` as the reference does; returns the policies and their repr.
-fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolPolicies, String)> {
-    let mut policies = HashMap::new();
-    let checked = PyDict::new(py);
-    let Some(tools) = tools.filter(|t| !t.is_none()) else {
-        return Ok((policies, "{}".to_string()));
+/// Validates `tools=` with the reference's own `_check_tools` (one set of rules and
+/// messages), and takes the policies it returns; also their repr.
+fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolSpecs, String)> {
+    let mut specs = HashMap::new();
+    let tools = match tools {
+        Some(t) if !t.is_none() => t.clone(),
+        _ => return Ok((specs, "{}".to_string())),
     };
-    let mapping = tools.cast::<PyMapping>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "tools must be a mapping of tool name to policy, not {}",
-            tools
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
-    for item in mapping.items()?.iter() {
-        let (tool, policy): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
-        let Ok(tool_name) = tool.cast::<PyString>() else {
-            return Err(PyTypeError::new_err(format!(
-                "tool names in tools must be str, not {}",
-                tool.get_type().name()?
-            )));
+    let (checked, shown): (Bound<'_, PyDict>, String) = guard_helpers(py)?
+        .check_tools
+        .bind(py)
+        .call1((tools,))?
+        .extract()?;
+    for (name, policy) in checked.iter() {
+        let name = name.cast_into::<PyString>()?;
+        let kind: String = policy.getattr("kind")?.extract()?;
+        let Some(kind) = Policy::parse(&kind) else {
+            return Err(PyValueError::new_err(format!("unknown policy {kind:?}")));
         };
-        let parsed = policy
-            .cast::<PyString>()
-            .ok()
-            .and_then(|p| p.to_str().ok().and_then(Policy::parse));
-        let Some(parsed) = parsed else {
-            let expected: Vec<String> = Policy::NAMES.iter().map(|n| format!("'{n}'")).collect();
-            return Err(PyValueError::new_err(format!(
-                "unknown policy {} for tool {}: expected one of {}",
-                policy.repr()?,
-                tool.repr()?,
-                expected.join(", ")
-            )));
+        let empty_set = policy.getattr("empty")?.cast_into::<PyFrozenSet>()?;
+        let mut empty_literals = Vec::new();
+        for text in empty_set.iter() {
+            let text = text.cast_into::<PyString>()?;
+            let mut literal = Vec::new();
+            canon::write_collapsed_str(&mut literal, text_of(&text)?);
+            empty_literals.push(literal);
+        }
+        let spec = ToolSpec {
+            rule: ToolRule {
+                policy: kind,
+                max_polls: policy
+                    .getattr("max_polls")?
+                    .extract::<u64>()?
+                    .min(u32::MAX as u64) as u32,
+            },
+            empty_literals,
+            empty_set: empty_set.unbind(),
         };
-        policies.insert(wtf8_of(tool_name)?.into_boxed_slice(), parsed);
-        checked.set_item(tool_name, Policy::NAMES[parsed as usize])?;
+        specs.insert(wtf8_of(&name)?.into_boxed_slice(), spec);
     }
-    Ok((policies, checked.repr()?.to_string()))
+    Ok((specs, shown))
 }

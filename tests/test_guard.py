@@ -639,7 +639,7 @@ def test_configuration_messages(tw: ModuleType) -> None:
         (
             {"tools": {"get_logs": "readonly"}},
             "unknown policy 'readonly' for tool 'get_logs': "
-            "expected one of 'read', 'write', 'volatile'",
+            "expected one of 'read', 'write', 'volatile', 'poll'",
         ),
     ]
     for kwargs, message in cases:

@@ -1,10 +1,27 @@
 """The guard in pure Python: the reference for the native ``Guard`` (DESIGN.md §2).
 
-Per check: count the call key's occurrences in a window of recent keys, this one included
+Per check: count the call key's occurrences in a window of recent calls, this one included
 (``repeats``). ``repeats >= stop_at``: stop with ``loop_detected``, key not appended.
 ``repeats >= nudge_at``: nudge (do not run it; tell the model it repeated itself), key
 appended. Otherwise allow, key appended. Why a window of 12 and why nudge before stop: the
 seed document.
+
+Results, when the harness reports them with ``observe(verdict, result)``, let the guard see
+progress, which the hash alone cannot (the seed's last section):
+
+- Repeats are counted only back to the last change: a repeat whose result changed since the
+  occurrence before it, or that follows an allowed call to a ``write`` tool, is progress, not
+  a loop. An unchanged one is a loop, and the messages say so.
+- A tool declared ``"poll"`` may repeat the same call while waiting, up to ``max_polls``
+  times a run (default 20); then it stops with ``loop_detected``.
+- Oscillation: when the last ``2p`` calls are two laps of one cycle of ``p`` calls (at least
+  two different ones) with the same results, and this call would start a third lap, the run
+  stops with ``no_progress`` (edit, undo, edit; A-B-A-B).
+- Fruitless rewording: consecutive calls to one tool that all came back empty (``None``,
+  ``""``, ``[]``, ``{}``, or a text the tool's policy calls empty): after ``nudge_at + 1`` of
+  them the next is nudged, after ``stop_at + 1`` it stops with ``no_progress``.
+
+Without ``observe``, verdicts are exactly the hash-only ones.
 """
 
 from __future__ import annotations
@@ -18,10 +35,12 @@ from typing import Any, Final, Literal
 from tripwire._keys import call_key, call_key_json, invalid_json_key, volatile_set
 
 Action = Literal["allow", "nudge", "stop"]
-Reason = Literal["loop_detected", "budget_exhausted"]
-Policy = Literal["read", "write", "volatile"]
+Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
+Policy = Literal["read", "write", "volatile", "poll"]
 
-POLICIES: Final = ("read", "write", "volatile")
+POLICIES: Final = ("read", "write", "volatile", "poll")
+# How many times a run may repeat one call to a "poll" tool, unless its policy says.
+DEFAULT_MAX_POLLS: Final = 20
 
 # How many recent call ids a guard remembers, so a retried delivery gets its first answer.
 CALL_ID_MEMORY: Final = 128
@@ -35,21 +54,58 @@ def _ordinal(n: int) -> str:
     return _ORDINALS[n - 1] if 1 <= n <= len(_ORDINALS) else f"{n}th"
 
 
-def nudge_message(tool: str, repeats: int) -> str:
+# What a verdict's message is about, beyond its action and reason:
+#   None                 plain (no results observed)
+#   ("unchanged",)       repeats whose results were observed and did not change
+#   ("empty", n)         n calls to the tool in a row came back empty
+#   ("cycle", tools)     the last calls went twice round a cycle of these tools
+#   ("poll", limit)      a poll tool reached its limit
+Detail = tuple[Any, ...] | None
+
+
+def nudge_message(tool: str, repeats: int, detail: Detail = None) -> str:
+    if detail is not None and detail[0] == "empty":
+        return (
+            f"{detail[1]} calls to {tool} in a row returned nothing. Do not reword the same "
+            "request again: try a different tool or approach, or report what you have so far."
+        )
+    unchanged = ", and the result has not changed" if detail == ("unchanged",) else ""
     return (
-        f"This is the {_ordinal(repeats)} identical call to {tool} with the same arguments. "
-        "Do not repeat it. Either use different arguments, use a different tool, "
-        "or report what you have so far."
+        f"This is the {_ordinal(repeats)} identical call to {tool} with the same "
+        f"arguments{unchanged}. Do not repeat it. Either use different arguments, use a "
+        "different tool, or report what you have so far."
     )
 
 
-def stop_message(reason: Reason, tool: str, repeats: int, window: int, budget: int | None) -> str:
-    if reason == "loop_detected":
+def stop_message(
+    reason: Reason,
+    tool: str,
+    repeats: int,
+    window: int,
+    budget: int | None,
+    detail: Detail = None,
+) -> str:
+    if reason == "budget_exhausted":
+        return f"Stopped (budget_exhausted): the budget of {budget} tool calls is spent."
+    if reason == "no_progress":
+        assert detail is not None
+        if detail[0] == "empty":
+            return f"Stopped (no_progress): {detail[1]} calls to {tool} in a row returned nothing."
+        tools = " -> ".join(detail[1])
         return (
-            f"Stopped (loop_detected): {tool} was called {repeats} times with the same "
-            f"arguments within the last {window} calls."
+            f"Stopped (no_progress): the last {2 * len(detail[1])} calls went twice round the "
+            f"same cycle ({tools}) with the same results; {tool} would start a third round."
         )
-    return f"Stopped (budget_exhausted): the budget of {budget} tool calls is spent."
+    if detail is not None and detail[0] == "poll":
+        return (
+            f"Stopped (loop_detected): {tool} was polled {repeats} times with the same "
+            f"arguments, more than its limit of {detail[1]}."
+        )
+    same = " and the same result" if detail == ("unchanged",) else ""
+    return (
+        f"Stopped (loop_detected): {tool} was called {repeats} times with the same "
+        f"arguments{same} within the last {window} calls."
+    )
 
 
 class Verdict:
@@ -57,6 +113,7 @@ class Verdict:
 
     __slots__ = (
         "_budget",
+        "_detail",
         "_window",
         "action",
         "cached",
@@ -82,6 +139,7 @@ class Verdict:
     invalid_arguments: str | None
     _window: int
     _budget: int | None
+    _detail: Detail
 
     def __init__(
         self,
@@ -98,6 +156,7 @@ class Verdict:
         invalid_arguments: str | None = None,
         window: int = 12,
         budget: int | None = None,
+        detail: Detail = None,
     ) -> None:
         setter = object.__setattr__
         setter(self, "action", action)
@@ -112,6 +171,7 @@ class Verdict:
         setter(self, "invalid_arguments", invalid_arguments)
         setter(self, "_window", window)
         setter(self, "_budget", budget)
+        setter(self, "_detail", detail)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Verdict is immutable; cannot set {name!r}")
@@ -122,9 +182,11 @@ class Verdict:
     @property
     def message(self) -> str | None:
         if self.action == "nudge":
-            return nudge_message(self.tool, self.repeats)
+            return nudge_message(self.tool, self.repeats, self._detail)
         if self.action == "stop" and self.reason is not None:
-            return stop_message(self.reason, self.tool, self.repeats, self._window, self._budget)
+            return stop_message(
+                self.reason, self.tool, self.repeats, self._window, self._budget, self._detail
+            )
         return None
 
     def _fields(self) -> tuple[Any, ...]:
@@ -138,6 +200,7 @@ class Verdict:
             self.call_id,
             self.duplicate_of,
             self.invalid_arguments,
+            self._detail,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -156,6 +219,7 @@ class Verdict:
             "invalid_arguments": self.invalid_arguments,
             "window": self._window,
             "budget": self._budget,
+            "detail": self._detail,
         }
         fields.update(changes)
         return Verdict(
@@ -184,23 +248,129 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-def _check_tools(tools: Mapping[str, str] | None) -> dict[str, Policy]:
+class ToolPolicy:
+    """A tool's policy: its kind, for polls the most times one call may repeat in a run, and
+    the texts that count as an empty result."""
+
+    __slots__ = ("empty", "kind", "max_polls")
+
+    def __init__(self, kind: Policy, max_polls: int, empty: frozenset[str]) -> None:
+        self.kind = kind
+        self.max_polls = max_polls
+        self.empty = empty
+
+
+def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
+    """The policy, and its form for ``repr``."""
+    if isinstance(spec, Mapping):
+        unknown = sorted(repr(k) for k in spec if k not in ("policy", "max_polls", "empty"))
+        if unknown:
+            raise ValueError(
+                f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
+                "expected 'policy', 'max_polls' or 'empty'"
+            )
+        kind = _check_policy_name(tool, spec.get("policy"))
+        shown: dict[str, object] = {"policy": kind}
+        max_polls = DEFAULT_MAX_POLLS
+        if "max_polls" in spec:
+            if kind != "poll":
+                raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
+            max_polls = _check_int("max_polls", spec["max_polls"], 1)
+            shown["max_polls"] = max_polls
+        empty: frozenset[str] = frozenset()
+        if "empty" in spec:
+            texts = spec["empty"]
+            if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+                raise TypeError(f"empty for tool {tool!r} must be a list of str")
+            listed = list(texts)
+            if not all(isinstance(t, str) for t in listed):
+                raise TypeError(f"empty for tool {tool!r} must be a list of str")
+            empty = frozenset(" ".join(t.split()) for t in listed)
+            shown["empty"] = sorted(empty)
+        return ToolPolicy(kind, max_polls, empty), shown
+    kind = _check_policy_name(tool, spec)
+    return ToolPolicy(kind, DEFAULT_MAX_POLLS, frozenset()), kind
+
+
+def _check_policy_name(tool: str, policy: object) -> Policy:
+    # Spelled out, so that the type checker knows which Literal comes back.
+    if policy == "read" or policy == "write" or policy == "volatile" or policy == "poll":
+        return policy
+    raise ValueError(
+        f"unknown policy {policy!r} for tool {tool!r}: expected one of "
+        + ", ".join(repr(p) for p in POLICIES)
+    )
+
+
+def _check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolicy], str]:
+    """The policies by tool name, and their ``repr``."""
     if tools is None:
-        return {}
+        return {}, "{}"
     if not isinstance(tools, Mapping):
         kind = type(tools).__name__
         raise TypeError(f"tools must be a mapping of tool name to policy, not {kind}")
-    checked: dict[str, Policy] = {}
-    for tool, policy in tools.items():
+    checked: dict[str, ToolPolicy] = {}
+    shown: dict[str, object] = {}
+    for tool, spec in tools.items():
         if not isinstance(tool, str):
             raise TypeError(f"tool names in tools must be str, not {type(tool).__name__}")
-        if policy not in POLICIES:
-            raise ValueError(
-                f"unknown policy {policy!r} for tool {tool!r}: expected one of "
-                + ", ".join(repr(p) for p in POLICIES)
-            )
-        checked[tool] = policy  # type: ignore[assignment]
-    return checked
+        checked[tool], shown[tool] = _check_tool_policy(tool, spec)
+    return checked, repr(shown)
+
+
+def result_value(result: Any) -> Any:
+    """What of a tool's result the guard compares: plain values as they are, bytes as text,
+    SDK objects (pydantic models: OpenAI, Anthropic, MCP results) as their JSON form, and
+    anything else as its ``str``."""
+    if result is None or isinstance(result, (str, int, float, bool, list, dict, tuple)):
+        return result
+    if isinstance(result, (bytes, bytearray)):
+        return bytes(result).decode("utf-8", "replace")
+    dump = getattr(result, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except (TypeError, ValueError):
+            pass
+    return str(result)
+
+
+def result_digest(value: Any) -> str:
+    """The key of a result value; one that cannot be keyed is keyed by its ``repr``."""
+    try:
+        return call_key("result", value)
+    except (TypeError, ValueError, RecursionError):
+        return call_key("result", repr(value))
+
+
+def is_empty_result(value: Any, empty: frozenset[str]) -> bool:
+    """``None``, an empty or blank text, an empty list, dict or tuple, or one of the texts
+    the tool's policy lists (compared with whitespace collapsed)."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        text = " ".join(value.split())
+        return text == "" or text in empty
+    if isinstance(value, (list, dict, tuple)):
+        return len(value) == 0
+    return False
+
+
+class _Entry:
+    """One call in the window: its key and tool, the step it was checked at, whether it was
+    nudged (so never ran), whether it was an allowed call to a ``write`` tool, and once
+    observed, its result's digest and whether it was empty."""
+
+    __slots__ = ("empty", "key", "nudged", "result", "step", "tool", "writes")
+
+    def __init__(self, key: str, tool: str, step: int, nudged: bool, writes: bool) -> None:
+        self.key = key
+        self.tool = tool
+        self.step = step
+        self.nudged = nudged
+        self.writes = writes
+        self.result: str | None = None
+        self.empty = False
 
 
 class Guard:
@@ -214,7 +384,7 @@ class Guard:
         stop_at: int = 3,
         volatile_keys: Iterable[Any] | None = None,
         max_steps: int | None = None,
-        tools: Mapping[str, str] | None = None,
+        tools: Mapping[str, object] | None = None,
     ) -> None:
         # None means the default, as for volatile_keys and max_steps.
         window = 12 if window is None else window
@@ -232,7 +402,7 @@ class Guard:
             )
         self._max_steps = None if max_steps is None else _check_int("max_steps", max_steps, 1)
         self._volatile = volatile_set(volatile_keys)
-        self._tools = _check_tools(tools)
+        self._tools, self._tools_repr = _check_tools(tools)
         # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
         # use this guard from the same thread (a Python lock, unlike the native one, lets
         # other threads run while it waits, so threads cannot deadlock on it).
@@ -250,7 +420,9 @@ class Guard:
         del released
 
     def _clear(self) -> None:
-        self._window: deque[str] = deque(maxlen=self._window_size)
+        self._window: deque[_Entry] = deque(maxlen=self._window_size)
+        # Checks of each poll tool's call so far this run (not only in the window).
+        self._polls: dict[str, int] = {}
         self._steps = 0
         self._stopped: Verdict | None = None
         self._by_call_id: OrderedDict[str, Verdict] = OrderedDict()
@@ -321,35 +493,116 @@ class Guard:
         if self._stopped is not None:
             return self._stopped
         step = self._steps + 1
-        repeats = self._window.count(key) + 1
+        policy = self._tools.get(name)
+        kind = policy.kind if policy is not None else None
+        action, reason, repeats, detail = self._judge(name, key, policy)
         extra: dict[str, Any] = {
             "call_id": call_id,
             "invalid_arguments": invalid_arguments,
             "window": self._window_size,
             "budget": self._max_steps,
+            "detail": detail,
         }
-        if repeats >= self._stop_at:
-            verdict = Verdict("stop", "loop_detected", name, key, repeats, step, **extra)
-        elif self._max_steps is not None and self._steps >= self._max_steps:
-            verdict = Verdict("stop", "budget_exhausted", name, key, repeats, step, **extra)
-        elif repeats >= self._nudge_at:
-            verdict = Verdict("nudge", None, name, key, repeats, step, **extra)
-        else:
-            policy = self._tools.get(name)
-            cached = self._cache.get(key) if policy == "read" else None
+        cached = None
+        if action == "allow":
+            cached = self._cache.get(key) if kind == "read" else None
             # A call that may change the world makes every cached read stale.
-            if policy in (None, "write") and self._cache:
+            if kind in (None, "write") and self._cache:
                 self._released.append(self._cache)
                 self._cache = OrderedDict()
-            verdict = Verdict("allow", None, name, key, repeats, step, cached=cached, **extra)
+            if kind == "poll":
+                self._polls[key] = self._polls.get(key, 0) + 1
+        verdict = Verdict(action, reason, name, key, repeats, step, cached=cached, **extra)
         self._steps = step
-        if verdict.action == "stop":
+        if action == "stop":
             self._stopped = verdict._replace(call_id=None)
         else:
-            self._window.append(key)
+            writes = action == "allow" and kind == "write"
+            self._window.append(_Entry(key, name, step, action == "nudge", writes))
         if call_id is not None:
             self._remember_call_id(call_id, verdict)
         return verdict
+
+    def _judge(
+        self, name: str, key: str, policy: ToolPolicy | None
+    ) -> tuple[Action, Reason | None, int, Detail]:
+        """Action, reason, repeats and message detail for a call; changes nothing."""
+        over_budget = self._max_steps is not None and self._steps >= self._max_steps
+        if policy is not None and policy.kind == "poll":
+            polls = self._polls.get(key, 0) + 1
+            if polls > policy.max_polls:
+                return "stop", "loop_detected", polls, ("poll", policy.max_polls)
+            if over_budget:
+                return "stop", "budget_exhausted", polls, None
+            return "allow", None, polls, None
+        repeats, unchanged = self._unchanged_repeats(key)
+        detail: Detail = ("unchanged",) if unchanged else None
+        empty_run = self._empty_run(name)
+        if repeats >= self._stop_at:
+            return "stop", "loop_detected", repeats, detail
+        cycle = self._cycle(key)
+        if cycle is not None:
+            return "stop", "no_progress", repeats, ("cycle", cycle)
+        if empty_run >= self._stop_at + 1:
+            return "stop", "no_progress", repeats, ("empty", empty_run)
+        if over_budget:
+            return "stop", "budget_exhausted", repeats, None
+        if repeats >= self._nudge_at:
+            return "nudge", None, repeats, detail
+        if empty_run >= self._nudge_at + 1:
+            return "nudge", None, repeats, ("empty", empty_run)
+        return "allow", None, repeats, None
+
+    def _unchanged_repeats(self, key: str) -> tuple[int, bool]:
+        """Occurrences of ``key`` in the window since the world last changed, this one
+        included; and whether any of them had its result observed.
+
+        Once results are observed, counting goes back only as far as the last change: an
+        earlier occurrence with a different result, or an allowed call to a ``write`` tool in
+        between (a re-read after a write is not a repeat). Tools with no policy do not count
+        as writes here, or a tool that is called over and over could never be a loop."""
+        earlier = [entry for entry in self._window if entry.key == key]
+        observed = [entry.result for entry in earlier if entry.result is not None]
+        if not observed:
+            return len(earlier) + 1, False
+        count = 0
+        wrote = False
+        for entry in reversed(self._window):
+            if entry.key == key:
+                if wrote or (entry.result is not None and entry.result != observed[-1]):
+                    break
+                count += 1
+            wrote = wrote or entry.writes
+        return count + 1, True
+
+    def _empty_run(self, name: str) -> int:
+        """Calls to ``name`` at the end of the window that came back empty or were nudged,
+        provided at least one of them ran and came back empty."""
+        run = 0
+        seen_empty = False
+        for entry in reversed(self._window):
+            if entry.tool != name or not (entry.empty or entry.nudged):
+                break
+            run += 1
+            seen_empty = seen_empty or entry.empty
+        return run if seen_empty else 0
+
+    def _cycle(self, key: str) -> tuple[str, ...] | None:
+        """The tools of a cycle the window went round twice, with the same results, that this
+        call would start a third round of; the shortest such cycle."""
+        entries = list(self._window)
+        n = len(entries)
+        for period in range(2, n // 2 + 1):
+            laps = entries[n - 2 * period :]
+            if laps[0].key != key or any(entry.result is None for entry in laps):
+                continue
+            first, second = laps[:period], laps[period:]
+            same = all(
+                a.key == b.key and a.result == b.result for a, b in zip(first, second, strict=True)
+            )
+            if same and len({entry.key for entry in first}) > 1:
+                return tuple(entry.tool for entry in first)
+        return None
 
     def _remember_call_id(self, call_id: str, verdict: Verdict) -> None:
         self._released.append(self._by_call_id.get(call_id))
@@ -364,7 +617,8 @@ class Guard:
         check of the same call carries it in ``Verdict.cached``. Other tools: nothing."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"record() takes a Verdict, not {type(verdict).__name__}")
-        if verdict.action != "allow" or result is None or self._tools.get(verdict.tool) != "read":
+        policy = self._tools.get(verdict.tool)
+        if verdict.action != "allow" or result is None or policy is None or policy.kind != "read":
             return
         with self._locked():
             self._released.append(self._cache.get(verdict.key))
@@ -373,12 +627,31 @@ class Guard:
             if len(self._cache) > CACHE_ENTRIES:
                 self._released.append(self._cache.popitem(last=False))
 
+    def observe(self, verdict: Verdict, result: Any, /) -> None:
+        """Tells the guard what an allowed call returned, so later checks can tell progress
+        (a changed result) from a loop (the same result again), and see cycles and runs of
+        empty results. Verdicts that were not allowed, or whose call has left the window,
+        are ignored."""
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
+        if verdict.action != "allow":
+            return
+        policy = self._tools.get(verdict.tool)
+        value = result_value(result)
+        digest = result_digest(value)
+        empty = is_empty_result(value, policy.empty if policy is not None else frozenset())
+        with self._locked():
+            for entry in reversed(self._window):
+                if entry.step == verdict.step and entry.key == verdict.key:
+                    entry.result, entry.empty = digest, empty
+                    break
+
     # -- inspection -----------------------------------------------------------------------
 
     def reset(self) -> None:
         """Forgets the run: window, steps, stop, call ids and cached results."""
         with self._locked():
-            self._released.append((self._stopped, self._by_call_id, self._cache))
+            self._released.append((self._stopped, self._by_call_id, self._cache, self._window))
             self._clear()
 
     @property
@@ -392,7 +665,7 @@ class Guard:
     def keys(self) -> list[str]:
         """The window, oldest first."""
         with self._lock:
-            return list(self._window)
+            return [entry.key for entry in self._window]
 
     def __len__(self) -> int:
         return len(self._window)
@@ -401,7 +674,7 @@ class Guard:
         return (
             f"Guard(window={self._window_size}, nudge_at={self._nudge_at}, "
             f"stop_at={self._stop_at}, max_steps={self._max_steps}, "
-            f"tools={self._tools!r}, steps={self._steps})"
+            f"tools={self._tools_repr}, steps={self._steps})"
         )
 
 
