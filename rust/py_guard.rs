@@ -672,6 +672,17 @@ struct CallId {
     bytes: Vec<u8>,
 }
 
+/// The Verdict a method was given, or the TypeError the reference raises.
+fn verdict_arg<'a>(method: &str, verdict: &'a Bound<'_, PyAny>) -> PyResult<&'a Verdict> {
+    match verdict.cast::<Verdict>() {
+        Ok(verdict) => Ok(verdict.get()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{method}() takes a Verdict, not {}",
+            verdict.get_type().name()?
+        ))),
+    }
+}
+
 fn parse_digest(hex: &str) -> PyResult<Key> {
     crate::key::parse_key_hex(hex).ok_or_else(|| PyValueError::new_err("malformed result digest"))
 }
@@ -838,17 +849,7 @@ impl Guard {
         verdict: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let verdict = verdict.cast::<Verdict>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "record() takes a Verdict, not {}",
-                verdict
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
-        let verdict = verdict.get();
+        let verdict = verdict_arg("record", verdict)?;
         if verdict.action != Action::Allow || result.is_none() {
             return Ok(());
         }
@@ -871,17 +872,7 @@ impl Guard {
         verdict: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let verdict = verdict.cast::<Verdict>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "observe() takes a Verdict, not {}",
-                verdict
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
-        let verdict = verdict.get();
+        let verdict = verdict_arg("observe", verdict)?;
         if verdict.action != Action::Allow {
             return Ok(());
         }
