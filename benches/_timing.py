@@ -9,6 +9,7 @@ at the end of the session by ``conftest.py`` (and to stdout, seen with ``-s``).
 
 from __future__ import annotations
 
+import os
 import timeit
 from typing import Any
 
@@ -21,7 +22,12 @@ REPEAT_SECONDS = 0.02
 
 
 def best_ns(
-    candidates: dict[str, str], namespace: dict[str, Any], *, calls_per_stmt: int = 1
+    candidates: dict[str, str],
+    namespace: dict[str, Any],
+    *,
+    calls_per_stmt: int = 1,
+    repeats: int = REPEATS,
+    seconds: float = REPEAT_SECONDS,
 ) -> dict[str, float]:
     """Best time per call in ns of each statement (run in ``namespace``), interleaved.
 
@@ -34,12 +40,12 @@ def best_ns(
         number = 1
         while True:
             elapsed = timer.timeit(number)
-            if elapsed >= REPEAT_SECONDS / 4:
+            if elapsed >= seconds / 4:
                 break
             number *= 4
-        loops[label] = max(1, int(number * REPEAT_SECONDS / elapsed))
+        loops[label] = max(1, int(number * seconds / elapsed))
     best = dict.fromkeys(timers, float("inf"))
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for label, timer in timers.items():
             elapsed = timer.timeit(loops[label])
             per_call = elapsed * 1e9 / loops[label] / calls_per_stmt
@@ -49,6 +55,8 @@ def best_ns(
 
 def fmt_ns(ns: float) -> str:
     # Thresholds just under the unit, so 999.7 ns prints as "1.00 µs", not "1000 ns".
+    if ns >= 999.5e6:
+        return f"{ns / 1e9:.2f} s"
     if ns >= 999.5e3:
         return f"{ns / 1e6:.2f} ms"
     if ns >= 999.5:
@@ -71,3 +79,9 @@ def table(title: str, header: list[str], rows: list[list[str]], notes: list[str]
 def report(text: str) -> None:
     TABLES.append(text)
     print("\n" + text)
+
+
+def machine() -> str:
+    """Cores and load when measured: ratios from a busy machine deserve a second look."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, load average {load:.2f} when measured"

@@ -23,21 +23,14 @@ tables (also under ``--benchmark-disable``) and assert nothing about time.
 from __future__ import annotations
 
 import json
-import math
-import os
-import time
-import timeit
 from typing import Any
 
 import orjson
 import pytest
 import tripwire._core as native
 import tripwire.reference as reference
-
-try:  # the shared table printer of benches/conftest.py, when it is there
-    import _timing
-except ImportError:  # pragma: no cover
-    _timing = None
+from _timing import best_ns, fmt_ns, machine, report, table
+from payloads import ONE_KB
 
 KEY_TARGET = 20.0
 BATCH_TARGET = 30.0
@@ -48,36 +41,7 @@ BENCH = pytest.mark.benchmark(min_rounds=20, max_time=0.5, warmup=True, warmup_i
 SEED_CALL = ("get_logs", '{"service":"checkout","since":"15m","level":"error"}')
 
 
-def _one_kb_args() -> dict[str, Any]:
-    """A ~1 KB ``search_orders`` call: nested filters, a list of small dicts, floats (integral
-    and not), nulls, a volatile key, non-ASCII text, whitespace to collapse. Deterministic."""
-    cities = ("Zürich", "São Paulo", "Kraków", "Malmö", "東京", "Reykjavík", "Montréal", "Αθήνα")
-    return {
-        "query": "  refund   requested\tfor   damaged item  ",
-        "filters": {
-            "status": ["shipped", "delivered"],
-            "total": {"min": 10.0, "max": 250.75},
-            "created": {"from": "2024-05-01T00:00:00Z", "to": "2024-05-31T23:59:59Z"},
-            "customer": {"country": "CH", "tier": "gold", "vip": True},
-        },
-        "sort": [{"field": "created", "order": "desc"}, {"field": "total", "order": "asc"}],
-        "page": {"size": 10, "cursor": None},
-        "request_id": "req-8f14e45f",
-        "seen": [
-            {
-                "id": i,
-                "city": cities[i % len(cities)],
-                "total": round(12.5 + i * 3.17, 2),
-                "paid": i % 3 != 0,
-                "coupon": None if i % 2 else f"SPRING{i % 7}",
-            }
-            for i in range(1000, 1010)
-        ],
-    }
-
-
-# As a model sends it: json.dumps's default separators, non-ASCII as it is.
-ONE_KB_CALL = ("search_orders", json.dumps(_one_kb_args(), ensure_ascii=False))
+ONE_KB_CALL = (ONE_KB[0], json.dumps(ONE_KB[1], ensure_ascii=False))
 
 CALLS: dict[str, tuple[str, str]] = {"seed": SEED_CALL, "1kb": ONE_KB_CALL}
 
@@ -103,75 +67,6 @@ def _batch(count: int) -> list[tuple[str, str]]:
 
 BATCH = _batch(BATCH_SIZE)
 BATCH_BYTES = sum(len(text.encode()) for _, text in BATCH)
-
-
-# --- timing ----------------------------------------------------------------------------------
-
-
-def best_ns(
-    candidates: dict[str, str],
-    namespace: dict[str, Any],
-    *,
-    repeats: int = 7,
-    seconds: float = 0.02,
-    per_stmt: int = 1,
-) -> dict[str, float]:
-    """Best time per call in ns of each statement, measured with ``time.perf_counter``.
-
-    Each repeat times every candidate once, in turn (a burst of load from elsewhere hits all
-    of them, not one), for about ``seconds``; the best repeat is kept. Statements, not
-    lambdas, so no extra Python frame is timed."""
-    timers = {
-        label: timeit.Timer(stmt, timer=time.perf_counter, globals=namespace)
-        for label, stmt in candidates.items()
-    }
-    loops: dict[str, int] = {}
-    for label, timer in timers.items():
-        number = 1
-        while True:
-            elapsed = timer.timeit(number)
-            if elapsed >= seconds / 4:
-                break
-            number *= 4
-        loops[label] = max(1, int(number * seconds / elapsed))
-    best = dict.fromkeys(timers, math.inf)
-    for _ in range(repeats):
-        for label, timer in timers.items():
-            elapsed = timer.timeit(loops[label])
-            best[label] = min(best[label], elapsed * 1e9 / loops[label] / per_stmt)
-    return best
-
-
-def fmt_ns(ns: float) -> str:
-    if ns >= 999.5e6:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 999.5e3:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 999.5:
-        return f"{ns / 1e3:.2f} µs"
-    return f"{ns:.0f} ns"
-
-
-def table(title: str, header: list[str], rows: list[list[str]], notes: list[str]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
-        return "  ".join([cells[0].ljust(widths[0]), *rest])
-
-    rule = "-" * len(line(header))
-    return "\n".join([title, rule, line(header), rule, *map(line, rows), rule, *notes])
-
-
-def report(text: str) -> None:
-    print("\n" + text)
-    if _timing is not None:
-        _timing.TABLES.append(text)
-
-
-def machine() -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{os.cpu_count()} CPUs, load average {load:.2f} when measured"
 
 
 # --- preconditions ---------------------------------------------------------------------------
@@ -311,14 +206,14 @@ def test_ratios_call_keys() -> None:
         namespace,
         repeats=5,
         seconds=0.0,
-        per_stmt=BATCH_SIZE,
+        calls_per_stmt=BATCH_SIZE,
     )
     reference_ns = best_ns(
         {"reference loop": "[reference_key_json(n, t) for n, t in calls]"},
         namespace,
         repeats=3,
         seconds=0.0,
-        per_stmt=BATCH_SIZE,
+        calls_per_stmt=BATCH_SIZE,
     )
     ns = {**native_ns, **reference_ns}
     base = ns["reference loop"]
