@@ -85,7 +85,7 @@ impl<'a> Text<'a> {
 /// Byte-wise order, inline: keys are short and usually differ early, where a call to
 /// `memcmp` would cost more than the comparison.
 #[inline]
-fn cmp_short(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+pub fn cmp_short(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     for (x, y) in a.iter().zip(b) {
         if x != y {
             return x.cmp(y);

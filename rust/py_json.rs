@@ -10,8 +10,10 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
 
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
-use crate::key::{key_hex, Key};
-use crate::py_canon::{canonical_key, check_name, key_with_buffer, text_of, wtf8_of, VolatileKeys};
+use crate::key::Key;
+use crate::py_canon::{
+    canonical_key, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
+};
 
 struct JsonHelpers {
     decode_error: Py<PyAny>,
@@ -277,10 +279,7 @@ pub fn call_key_json<'py>(
     check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let key = json_key(py, name, text, &volatile)?;
-    Ok(PyString::new(
-        py,
-        crate::key::key_hex_ascii(&mut [0; 16], key),
-    ))
+    key_str(py, key)
 }
 
 /// One JSON-text call of a batch, owned so it can be keyed without the GIL.
@@ -405,7 +404,12 @@ pub fn call_keys<'py>(
     match first_error {
         Some((usize::MAX, err)) => Err(err),
         Some((index, err)) => Err(add_note(py, err, index)),
-        None => PyList::new(py, keys.into_iter().map(key_hex)),
+        None => PyList::new(
+            py,
+            keys.into_iter()
+                .map(|key| key_str(py, key))
+                .collect::<PyResult<Vec<_>>>()?,
+        ),
     }
 }
 
