@@ -85,7 +85,7 @@ impl<'a> Text<'a> {
 /// Byte-wise order, inline: keys are short and usually differ early, where a call to
 /// `memcmp` would cost more than the comparison.
 #[inline]
-fn cmp_short(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+pub fn cmp_short(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     for (x, y) in a.iter().zip(b) {
         if x != y {
             return x.cmp(y);
@@ -236,37 +236,186 @@ const fn latin1_classes() -> [u8; 256] {
 
 static CLASS: [u8; 256] = latin1_classes();
 
-/// True for the Latin-1 code points `ensure_ascii` writes as something other than themselves.
+/// Masks of 16 bytes: bit k is set when byte k is...
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Masks {
+    /// ...not [`PLAIN`] (spaces included), or past the end of the string;
+    special: u32,
+    /// ...a space (U+0020);
+    space: u32,
+    /// ...one of the ASCII whitespace characters Python splits on (U+0009..U+000D,
+    /// U+001C..U+0020).
+    white: u32,
+}
+
+/// [`Masks`] of the 16 bytes from `bytes[i]`, for `bytes` of at least 16 bytes. Near the end
+/// the last 16 bytes are read and the masks shifted, so nothing is copied and nothing past
+/// the end is read.
+#[inline(always)]
+fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
+    if let Some(Ok(chunk)) = bytes.get(i..i + 16).map(<&[u8; 16]>::try_from) {
+        return raw_masks(chunk);
+    }
+    let start = bytes.len().saturating_sub(16).min(i);
+    let shift = i - start;
+    let Some(Ok(chunk)) = bytes.get(start..start + 16).map(<&[u8; 16]>::try_from) else {
+        // Only for a caller's bug (fewer than 16 bytes): every byte reads as special.
+        return Masks {
+            special: u32::MAX,
+            space: 0,
+            white: 0,
+        };
+    };
+    let m = raw_masks(chunk);
+    Masks {
+        special: (m.special >> shift) | (u32::MAX << (16 - shift)),
+        space: m.space >> shift,
+        white: m.white >> shift,
+    }
+}
+
+/// [`Masks`] of exactly 16 bytes, with SSE2 (part of the x86_64 baseline).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn raw_masks(chunk: &[u8; 16]) -> Masks {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
+        _mm_or_si128, _mm_set1_epi8, _mm_sub_epi8,
+    };
+    // SAFETY: SSE2 is always available on x86_64; the unaligned load reads exactly the 16
+    // bytes of `chunk`.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+        // Signed compare: below 0x21 catches the controls and the space, and also every
+        // byte from 0x80 up (negative as i8), all of which are special.
+        let low_or_high = _mm_cmplt_epi8(v, _mm_set1_epi8(0x21));
+        let del = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f));
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        let special = _mm_or_si128(
+            _mm_or_si128(low_or_high, del),
+            _mm_or_si128(quote, backslash),
+        );
+        let space = _mm_cmpeq_epi8(v, _mm_set1_epi8(b' ' as i8));
+        // `v - lo <= 4` (unsigned) tests `lo <= v <= lo + 4`: min(x, 4) == x.
+        let in_range = |lo: i8| {
+            let x = _mm_sub_epi8(v, _mm_set1_epi8(lo));
+            _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(4)), x)
+        };
+        let white = _mm_or_si128(in_range(0x09), in_range(0x1c));
+        Masks {
+            special: _mm_movemask_epi8(special) as u32,
+            space: _mm_movemask_epi8(space) as u32,
+            white: _mm_movemask_epi8(white) as u32,
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use raw_masks_portable as raw_masks;
+
+/// The portable twin of the SSE2 [`raw_masks`], one byte at a time.
+#[cfg(any(test, not(target_arch = "x86_64")))]
 #[inline]
-fn needs_escape(b: u8) -> bool {
-    !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\'
+fn raw_masks_portable(chunk: &[u8; 16]) -> Masks {
+    let mut m = Masks {
+        special: 0,
+        space: 0,
+        white: 0,
+    };
+    for (k, &b) in chunk.iter().enumerate() {
+        m.special |= u32::from(CLASS[b as usize] != PLAIN) << k;
+        m.space |= u32::from(b == b' ') << k;
+        m.white |= u32::from(b < 0x80 && CLASS[b as usize] == SPACE) << k;
+    }
+    m
+}
+
+/// Appends the first `run` bytes of `bytes[i..]`: with one 16-byte copy when 16 bytes are
+/// there (cheaper than a `memcpy` call of a variable length), else as a slice.
+#[inline(always)]
+fn push_run(out: &mut Vec<u8>, bytes: &[u8], i: usize, run: usize) {
+    match bytes.get(i..i + 16) {
+        Some(chunk) if run <= 16 => {
+            out.reserve(16);
+            let len = out.len();
+            let spare = &mut out.spare_capacity_mut()[..16];
+            for (slot, &b) in spare.iter_mut().zip(chunk) {
+                slot.write(b);
+            }
+            // SAFETY: `run` ≤ 16 bytes of the spare capacity were just written.
+            unsafe { out.set_len(len + run) };
+        }
+        _ => out.extend_from_slice(&bytes[i..i + run]),
+    }
 }
 
 /// Writes `text` as a JSON string literal, quotes included, without changing its content.
 pub fn write_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
     match text {
-        Text::Latin1(bytes) => write_latin1_escaped(out, bytes),
-        Text::Wtf8(bytes) if bytes.is_ascii() => write_latin1_escaped(out, bytes),
+        Text::Latin1(bytes) => write_escaped_bytes::<false>(out, bytes),
+        Text::Wtf8(bytes) => write_escaped_bytes::<true>(out, bytes),
         _ => text.for_each_code_point(|c| push_escaped(out, c)),
     }
     out.push(b'"');
 }
 
+/// The code point at `bytes[i]` (which is `b`) and its length in bytes: WTF-8 when `WTF8`,
+/// else one byte per code point (CPython's Latin-1 strings).
+#[inline(always)]
+fn code_point_at<const WTF8: bool>(bytes: &[u8], i: usize, b: u8) -> (u32, usize) {
+    if WTF8 && b >= 0x80 {
+        decode_wtf8(bytes, i).unwrap_or((u32::from(b), 1))
+    } else {
+        (u32::from(b), 1)
+    }
+}
+
 /// Copies runs that need no escape in one go: for nearly every key, the whole key.
-fn write_latin1_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let plain = rest
-            .iter()
-            .position(|&b| needs_escape(b))
-            .unwrap_or(rest.len());
-        out.extend_from_slice(&rest[..plain]);
-        if let Some(&b) = rest.get(plain) {
-            push_escaped(out, u32::from(b));
-            rest = &rest[plain + 1..];
-        } else {
-            rest = &[];
+fn write_escaped_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    let mut i = 0;
+    if n < 16 {
+        while i < n {
+            let run = bytes[i..]
+                .iter()
+                .position(|&b| CLASS[b as usize] != PLAIN && b != b' ')
+                .unwrap_or(n - i);
+            out.extend_from_slice(&bytes[i..i + run]);
+            i += run;
+            if let Some(&b) = bytes.get(i) {
+                let (c, len) = code_point_at::<WTF8>(bytes, i, b);
+                push_escaped(out, c);
+                i += len;
+            }
+        }
+        return;
+    }
+    while i < n {
+        let m = chunk_masks(bytes, i);
+        let width = (n - i).min(16);
+        let mut bad = m.special & !m.space & !(u32::MAX << width);
+        // The runs between the bad bytes, and each bad byte escaped.
+        let mut k = 0;
+        loop {
+            let next = (bad.trailing_zeros() as usize).min(width);
+            if next > k {
+                push_run(out, bytes, i + k, next - k);
+            }
+            let Some(&b) = bytes.get(i + next).filter(|_| next < width) else {
+                i += width;
+                break;
+            };
+            let (c, len) = code_point_at::<WTF8>(bytes, i + next, b);
+            push_escaped(out, c);
+            k = next + len;
+            if k >= width {
+                i += k;
+                break;
+            }
+            // Continuation bytes of a multi-byte code point are bad bits too: skip them.
+            bad &= u32::MAX << k;
         }
     }
 }
@@ -275,71 +424,181 @@ fn write_latin1_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
 pub fn write_collapsed_str(out: &mut Vec<u8>, text: Text<'_>) {
     out.push(b'"');
     match text {
-        Text::Latin1(bytes) => write_latin1_collapsed(out, bytes),
-        Text::Wtf8(bytes) if bytes.is_ascii() => write_latin1_collapsed(out, bytes),
+        Text::Latin1(bytes) => write_collapsed_bytes::<false>(out, bytes),
+        Text::Wtf8(bytes) => write_collapsed_bytes::<true>(out, bytes),
         _ => {
-            // `pending_space`: whitespace seen since the last word; written only if another
-            // word follows, so leading and trailing whitespace disappear.
-            let mut pending_space = false;
-            let mut in_word = false;
-            text.for_each_code_point(|c| {
-                if is_python_whitespace(c) {
-                    pending_space = in_word;
-                } else {
-                    if pending_space {
-                        out.push(b' ');
-                        pending_space = false;
-                    }
-                    in_word = true;
-                    push_escaped(out, c);
-                }
-            });
+            let mut state = Collapse::default();
+            text.for_each_code_point(|c| state.push(out, c));
         }
     }
     out.push(b'"');
 }
 
-/// The one-byte case of [`write_collapsed_str`]: copies runs of printable ASCII (single
-/// spaces between them included) in one go, which is most of any prose or code.
-fn write_latin1_collapsed(out: &mut Vec<u8>, bytes: &[u8]) {
+/// The state of `" ".join(s.split())` between two code points.
+#[derive(Default)]
+struct Collapse {
+    /// Whitespace seen since the last word: written only if another word follows, so
+    /// leading and trailing whitespace disappear.
+    pending_space: bool,
+    in_word: bool,
+}
+
+impl Collapse {
+    #[inline]
+    fn push(&mut self, out: &mut Vec<u8>, c: u32) {
+        if is_python_whitespace(c) {
+            self.pending_space = self.in_word;
+        } else {
+            self.start_word(out);
+            push_escaped(out, c);
+        }
+    }
+
+    #[inline]
+    fn start_word(&mut self, out: &mut Vec<u8>) {
+        if self.pending_space {
+            out.push(b' ');
+            self.pending_space = false;
+        }
+        self.in_word = true;
+    }
+}
+
+/// The one-byte-unit case of [`write_collapsed_str`]. Runs of printable ASCII, single
+/// spaces between printable characters included, are copied whole (that is most of any
+/// prose or code), found 16 bytes at a time; runs of ASCII whitespace are skipped whole;
+/// characters to escape go one by one.
+fn write_collapsed_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
     let mut i = 0;
-    let mut pending_space = false;
-    let mut in_word = false;
+    let mut state = Collapse::default();
+    if n < 16 {
+        while i < n {
+            let run = plain_run(&bytes[i..], state.in_word && !state.pending_space);
+            if run > 0 {
+                state.start_word(out);
+                out.extend_from_slice(&bytes[i..i + run]);
+                i += run;
+            }
+            // Whitespace and characters to escape, up to the next plain byte.
+            while let Some(&b) = bytes.get(i) {
+                if CLASS[b as usize] == PLAIN {
+                    break;
+                }
+                let (c, len) = code_point_at::<WTF8>(bytes, i, b);
+                state.push(out, c);
+                i += len;
+            }
+        }
+        return;
+    }
     while i < n {
-        match CLASS[bytes[i] as usize] {
-            SPACE => {
-                pending_space = in_word;
-                i += 1;
+        let m = chunk_masks(bytes, i);
+        // A space is copied as it is only between two plain characters. For bit 0 the left
+        // neighbour is what came before the chunk; for bit 15 the right one is not in the
+        // chunk, so such a space goes the slow way (it may start a run of whitespace).
+        let after_word = state.in_word && !state.pending_space;
+        let left_special = (m.special << 1) | u32::from(!after_word);
+        let right_special = (m.special >> 1) | (1 << 15);
+        let width = (n - i).min(16);
+        let in_chunk = !(u32::MAX << width);
+        let mut bad =
+            ((m.special & !m.space) | (m.space & (left_special | right_special))) & in_chunk;
+        let white = m.white & in_chunk;
+        let mut k = 0;
+        loop {
+            let next = (bad.trailing_zeros() as usize).min(width);
+            if next > k {
+                // A run never starts with a space (one after a plain character would be in
+                // the run before it), so a pending space is due now.
+                state.start_word(out);
+                push_run(out, bytes, i + k, next - k);
             }
-            ESCAPE => {
-                if pending_space {
-                    out.push(b' ');
-                    pending_space = false;
-                }
-                in_word = true;
-                push_escaped(out, u32::from(bytes[i]));
-                i += 1;
+            let Some(&b) = bytes.get(i + next).filter(|_| next < width) else {
+                i += width;
+                break;
+            };
+            if white >> next & 1 != 0 {
+                // A run of ASCII whitespace: all of it is one pending space.
+                state.pending_space = state.in_word;
+                k = next + (!(white >> next)).trailing_zeros() as usize;
+            } else {
+                let (c, len) = code_point_at::<WTF8>(bytes, i + next, b);
+                state.push(out, c);
+                k = next + len;
             }
-            _ => {
-                if pending_space {
-                    out.push(b' ');
-                    pending_space = false;
-                }
-                in_word = true;
-                let start = i;
-                i += 1;
-                while i < n {
-                    if CLASS[bytes[i] as usize] == PLAIN {
-                        i += 1;
-                    } else if bytes[i] == b' ' && i + 1 < n && CLASS[bytes[i + 1] as usize] == PLAIN
-                    {
-                        i += 2;
-                    } else {
-                        break;
+            if k >= width {
+                i += k;
+                break;
+            }
+            // Bits already handled (whitespace runs, continuation bytes) are done with.
+            bad &= u32::MAX << k;
+        }
+    }
+}
+
+/// The length of the run at the start of `bytes` that `" ".join(s.split())` keeps as it is:
+/// plain characters, and single spaces between two of them (one at the start only when
+/// `after_word`). The scalar version of the masks above, for strings under 16 bytes.
+#[inline]
+fn plain_run(bytes: &[u8], after_word: bool) -> usize {
+    let plain = |k: usize| bytes.get(k).is_some_and(|&b| CLASS[b as usize] == PLAIN);
+    let mut k = 0;
+    let mut prev_plain = after_word;
+    while let Some(&b) = bytes.get(k) {
+        if CLASS[b as usize] == PLAIN {
+            prev_plain = true;
+        } else if b == b' ' && prev_plain && plain(k + 1) {
+            prev_plain = false;
+        } else {
+            break;
+        }
+        k += 1;
+    }
+    k
+}
+
+/// The byte-at-a-time originals of the two functions above, kept as the reference the fast
+/// paths are tested against.
+#[cfg(test)]
+mod scalar {
+    use super::*;
+
+    fn needs_escape(b: u8) -> bool {
+        !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\'
+    }
+
+    pub fn write_latin1_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let plain = rest
+                .iter()
+                .position(|&b| needs_escape(b))
+                .unwrap_or(rest.len());
+            out.extend_from_slice(&rest[..plain]);
+            if let Some(&b) = rest.get(plain) {
+                push_escaped(out, u32::from(b));
+                rest = &rest[plain + 1..];
+            } else {
+                rest = &[];
+            }
+        }
+    }
+
+    pub fn write_latin1_collapsed(out: &mut Vec<u8>, bytes: &[u8]) {
+        let mut pending_space = false;
+        let mut in_word = false;
+        for &b in bytes {
+            match CLASS[b as usize] {
+                SPACE => pending_space = in_word,
+                _ => {
+                    if pending_space {
+                        out.push(b' ');
+                        pending_space = false;
                     }
+                    in_word = true;
+                    push_escaped(out, u32::from(b));
                 }
-                out.extend_from_slice(&bytes[start..i]);
             }
         }
     }
@@ -647,6 +906,95 @@ mod tests {
             "\"\\u00e9\\ud83d\\ude00\""
         );
         assert_eq!(escaped(Text::Wtf8(&[0xed, 0xa0, 0x80])), "\"\\ud800\"");
+    }
+
+    /// Strings of every length up to 40 with one or two interesting bytes at every position
+    /// (and runs of them), so that each lands on every offset of a 16-byte chunk.
+    fn chunk_boundary_cases() -> Vec<Vec<u8>> {
+        let fillers: [&[u8]; 3] = [
+            b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH",
+            b"a b c d e f g h i j k l m n o p q r s t u v",
+            b"                                            ",
+        ];
+        let specials: [&[u8]; 14] = [
+            b" ", b"  ", b"\t", b"\n", b"\x1c", b"\x85", b"\xa0", b"\"", b"\\", b"\x7f", b"\x00",
+            b"\xe9", b" \t ", b"\xff",
+        ];
+        let mut cases = Vec::new();
+        for len in 0..=40 {
+            for filler in fillers {
+                let base = filler[..len].to_vec();
+                cases.push(base.clone());
+                for at in 0..=len {
+                    for special in specials {
+                        let mut case = base.clone();
+                        case.splice(at..at, special.iter().copied());
+                        cases.push(case.clone());
+                        // A second one further on, for pairs straddling a chunk boundary.
+                        let second = (at + 15).min(case.len());
+                        case.splice(second..second, b"  ".iter().copied());
+                        cases.push(case);
+                    }
+                }
+            }
+        }
+        cases
+    }
+
+    #[test]
+    fn chunked_latin1_writers_match_the_scalar_ones() {
+        for case in chunk_boundary_cases() {
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            write_collapsed_bytes::<false>(&mut fast, &case);
+            scalar::write_latin1_collapsed(&mut slow, &case);
+            assert_eq!(fast, slow, "collapsed {case:?}");
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            write_escaped_bytes::<false>(&mut fast, &case);
+            scalar::write_latin1_escaped(&mut slow, &case);
+            assert_eq!(fast, slow, "escaped {case:?}");
+        }
+    }
+
+    #[test]
+    fn chunk_masks_match_the_portable_ones() {
+        let all: Vec<u8> = (0..=255).collect();
+        for case in chunk_boundary_cases().iter().chain([&all]) {
+            for window in case.windows(16) {
+                let chunk: &[u8; 16] = window.try_into().unwrap();
+                assert_eq!(raw_masks(chunk), raw_masks_portable(chunk), "{window:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_wtf8_writers_match_the_code_point_path() {
+        // The same cases read as code points, with multi-byte ones mixed in (U+3000 and
+        // U+2028 are whitespace, U+00E9, U+1F600 and a lone surrogate are not).
+        let extras: [&[u32]; 5] = [&[0x3000], &[0x2028, 0x20], &[0xe9], &[0x1f600], &[0xd800]];
+        for case in chunk_boundary_cases() {
+            let latin1: Vec<u32> = case.iter().map(|&b| u32::from(b)).collect();
+            let mut variants = vec![latin1.clone()];
+            for (n, extra) in extras.iter().enumerate() {
+                let mut v = latin1.clone();
+                let at = (n * 7) % (v.len() + 1);
+                v.splice(at..at, extra.iter().copied());
+                variants.push(v);
+            }
+            for code_points in variants {
+                let mut wtf8 = Vec::new();
+                code_points.iter().for_each(|&c| push_wtf8(&mut wtf8, c));
+                assert_eq!(
+                    collapsed(Text::Wtf8(&wtf8)),
+                    collapsed(Text::Ucs4(&code_points)),
+                    "{code_points:x?}"
+                );
+                assert_eq!(
+                    escaped(Text::Wtf8(&wtf8)),
+                    escaped(Text::Ucs4(&code_points)),
+                    "{code_points:x?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -358,7 +358,7 @@ impl Canon<'_, '_> {
                 let (null, after_value) = self.value(i, depth)?;
                 let key_bytes = self.bytes(key);
                 let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
-                    && self.volatile.iter().any(|v| v.as_slice() == key_bytes);
+                    && self.volatile.iter().any(|v| same_short(v, key_bytes));
                 if volatile {
                     // Every member with this key goes, so it needs no tombstone.
                     self.out.truncate(with_comma);
@@ -369,7 +369,7 @@ impl Canon<'_, '_> {
                     }
                     let end = if null { member_start } else { self.out.len() };
                     if let Some(last) = members.last() {
-                        in_order &= self.bytes(last.key) < self.bytes(key);
+                        in_order &= canon::cmp_short(self.bytes(last.key), self.bytes(key)).is_lt();
                     }
                     members.push(Member {
                         key,
@@ -401,7 +401,7 @@ impl Canon<'_, '_> {
     fn reorder(&mut self, region: usize, members: &mut [Member]) {
         // A stable sort keeps duplicates in text order, so the last of each run is the one
         // `json.loads` keeps.
-        members.sort_by(|a, b| self.bytes(a.key).cmp(self.bytes(b.key)));
+        members.sort_by(|a, b| canon::cmp_short(self.bytes(a.key), self.bytes(b.key)));
         // Most objects are small: their text is moved through the stack, not the heap.
         let spare: SmallVec<[u8; 512]> = SmallVec::from_slice(&self.out[region..]);
         self.out.truncate(region);
@@ -410,7 +410,7 @@ impl Canon<'_, '_> {
             let member = members[n];
             let superseded = members
                 .get(n + 1)
-                .is_some_and(|next| self.bytes(next.key) == self.bytes(member.key));
+                .is_some_and(|next| same_short(self.bytes(next.key), self.bytes(member.key)));
             if superseded || member.start == member.end {
                 continue;
             }
@@ -448,6 +448,12 @@ impl Canon<'_, '_> {
         self.out.push(b']');
         Ok(i + 1)
     }
+}
+
+/// Equality of two short byte strings (keys), inline: a `memcmp` call costs more.
+#[inline]
+fn same_short(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && canon::cmp_short(a, b).is_eq()
 }
 
 fn hex4(digits: &[u8]) -> Option<u32> {

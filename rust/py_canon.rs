@@ -135,10 +135,50 @@ impl VolatileKeys {
 /// The code points of a `str` as WTF-8, lone surrogates included.
 pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
-    text_of(text)?
-        .code_points()
-        .for_each(|c| canon::push_wtf8(&mut out, c));
+    // Tight loops per representation, with room made once: JSON text arrives as long
+    // non-ASCII strings (`ensure_ascii=False`) often enough for this to matter.
+    match text_of(text)? {
+        Text::Latin1(units) => {
+            out.reserve(units.len() * 2);
+            for &u in units {
+                if u < 0x80 {
+                    out.push(u);
+                } else {
+                    out.extend_from_slice(&[0xc0 | (u >> 6), 0x80 | (u & 0x3f)]);
+                }
+            }
+        }
+        Text::Ucs2(units) => {
+            out.reserve(units.len() * 3);
+            for &u in units {
+                if u < 0x80 {
+                    out.push(u as u8);
+                } else {
+                    canon::push_wtf8(&mut out, u32::from(u));
+                }
+            }
+        }
+        other => other
+            .code_points()
+            .for_each(|c| canon::push_wtf8(&mut out, c)),
+    }
     Ok(out)
+}
+
+/// A key as the `str` users see: its 16 hex digits, written straight into a new ASCII
+/// string (no UTF-8 decoding of a temporary).
+pub fn key_str(py: Python<'_>, key: Key) -> PyResult<Bound<'_, PyString>> {
+    let mut digits = [0u8; 16];
+    crate::key::key_hex_ascii(&mut digits, key);
+    // SAFETY: PyUnicode_New(16, 127) makes a compact ASCII str with room for 16 one-byte
+    // characters (plus its NUL), which are written before anyone else sees the object; a
+    // NULL return (out of memory) becomes the raised error.
+    unsafe {
+        let ptr = ffi::PyUnicode_New(16, 127);
+        let obj = Bound::from_owned_ptr_or_err(py, ptr)?;
+        std::ptr::copy_nonoverlapping(digits.as_ptr(), ffi::PyUnicode_DATA(ptr).cast::<u8>(), 16);
+        Ok(obj.cast_into_unchecked::<PyString>())
+    }
 }
 
 /// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact
@@ -440,10 +480,7 @@ pub fn call_key<'py>(
     check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let key = canonical_key(py, name, args, &volatile)?;
-    Ok(PyString::new(
-        py,
-        crate::key::key_hex_ascii(&mut [0; 16], key),
-    ))
+    key_str(py, key)
 }
 
 /// `canonical_json(name, args, /, *, volatile_keys=None) -> bytes`

@@ -10,8 +10,10 @@ use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
 
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
-use crate::key::{key_hex, Key};
-use crate::py_canon::{canonical_key, check_name, key_with_buffer, text_of, wtf8_of, VolatileKeys};
+use crate::key::Key;
+use crate::py_canon::{
+    canonical_key, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
+};
 
 struct JsonHelpers {
     decode_error: Py<PyAny>,
@@ -277,10 +279,7 @@ pub fn call_key_json<'py>(
     check_name(name)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let key = json_key(py, name, text, &volatile)?;
-    Ok(PyString::new(
-        py,
-        crate::key::key_hex_ascii(&mut [0; 16], key),
-    ))
+    key_str(py, key)
 }
 
 /// One JSON-text call of a batch, owned so it can be keyed without the GIL.
@@ -337,64 +336,134 @@ pub fn call_keys<'py>(
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
     let mut keys: Vec<Key> = Vec::new();
     let mut pending: Vec<Pending<'py>> = Vec::new();
+    let mut pending_bytes = 0;
+    // The batch is read and keyed a block at a time, so that each text is still in cache
+    // when it is keyed; with threads, blocks are big enough to share.
+    let block_bytes = if threads > 1 {
+        PARALLEL_BLOCK_BYTES
+    } else {
+        SERIAL_BLOCK_BYTES
+    };
     // The first error met while reading the batch; JSON texts before it are still keyed, so
     // that the error reported is the one with the lowest index, as in the reference.
     let mut first_error: Option<(usize, PyErr)> = None;
-    for (index, call) in calls.try_iter()?.enumerate() {
-        let call = match call {
-            Ok(call) => call,
-            Err(err) => {
+    let mut iter = calls.try_iter()?.enumerate();
+    loop {
+        let done = match iter.next() {
+            None => true,
+            Some((_, Err(err))) => {
                 // The iterable's own error belongs to no call: it gets no note.
                 first_error = Some((usize::MAX, err));
-                break;
+                true
+            }
+            Some((index, Ok(call))) => {
+                let step = read_call(py, index, &call, &volatile, &mut keys, &mut pending);
+                match step {
+                    Ok(bytes) => {
+                        pending_bytes += bytes;
+                        false
+                    }
+                    Err(err) => {
+                        first_error = Some((index, err));
+                        true
+                    }
+                }
             }
         };
-        let step = (|| -> PyResult<()> {
-            let pair = call
-                .cast::<PySequence>()
-                .ok()
-                .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
-                .filter(|seq| seq.len().ok() == Some(2));
-            let Some(pair) = pair else {
-                return Err(PyTypeError::new_err(format!(
-                    "call {index} must be a (name, args) pair, not {}",
-                    call.get_type().name()?
-                )));
-            };
-            let (name, args) = (pair.get_item(0)?, pair.get_item(1)?);
-            let is_text = args.is_instance_of::<PyString>()
-                || args.is_instance_of::<PyBytes>()
-                || args.is_instance_of::<PyByteArray>();
-            if is_text && volatile.only_exact_str() {
-                let name_wtf8 = wtf8_of(check_name(&name)?)?;
-                pending.push(Pending {
-                    index,
-                    name: name_wtf8,
-                    text: JsonText::from_py(py, &args)?,
-                    call: (check_name(&name)?.clone().unbind(), args.clone().unbind()),
-                });
-                keys.push(0);
-            } else if is_text {
-                keys.push(json_key(py, &name, &args, &volatile)?);
-            } else {
-                keys.push(canonical_key(py, &name, &args, &volatile)?);
-            }
-            Ok(())
-        })();
-        if let Err(err) = step {
-            first_error = Some((index, err));
+        if done || pending_bytes >= block_bytes || pending.len() >= BLOCK_CALLS {
+            key_block(py, &pending, &volatile, threads, &mut keys)?;
+            pending.clear();
+            pending_bytes = 0;
+        }
+        if done {
             break;
         }
     }
+    match first_error {
+        Some((usize::MAX, err)) => Err(err),
+        Some((index, err)) => Err(add_note(py, err, index)),
+        None => PyList::new(
+            py,
+            keys.into_iter()
+                .map(|key| key_str(py, key))
+                .collect::<PyResult<Vec<_>>>()?,
+        ),
+    }
+}
+
+/// A block of JSON text this long is keyed before more is read (one thread: it stays in
+/// cache; two or more: enough to share out, see [`PARALLEL_MIN_BYTES`]).
+const SERIAL_BLOCK_BYTES: usize = 64 * 1024;
+const PARALLEL_BLOCK_BYTES: usize = 1024 * 1024;
+/// ...or this many calls, whichever comes first.
+const BLOCK_CALLS: usize = 4096;
+
+/// Reads call `index` of a batch: JSON text is queued in `pending` (its key left 0 in
+/// `keys` for now) and its length returned; anything else is keyed at once.
+fn read_call<'py>(
+    py: Python<'py>,
+    index: usize,
+    call: &Bound<'py, PyAny>,
+    volatile: &VolatileKeys,
+    keys: &mut Vec<Key>,
+    pending: &mut Vec<Pending<'py>>,
+) -> PyResult<usize> {
+    let pair = call
+        .cast::<PySequence>()
+        .ok()
+        .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
+        .filter(|seq| seq.len().ok() == Some(2));
+    let Some(pair) = pair else {
+        return Err(PyTypeError::new_err(format!(
+            "call {index} must be a (name, args) pair, not {}",
+            call.get_type().name()?
+        )));
+    };
+    let (name, args) = (pair.get_item(0)?, pair.get_item(1)?);
+    let is_text = args.is_instance_of::<PyString>()
+        || args.is_instance_of::<PyBytes>()
+        || args.is_instance_of::<PyByteArray>();
+    if is_text && volatile.only_exact_str() {
+        let name = check_name(&name)?;
+        let text = JsonText::from_py(py, &args)?;
+        let bytes = text.bytes.len();
+        pending.push(Pending {
+            index,
+            name: wtf8_of(name)?,
+            text,
+            call: (name.clone().unbind(), args.clone().unbind()),
+        });
+        keys.push(0);
+        Ok(bytes)
+    } else if is_text {
+        keys.push(json_key(py, &name, &args, volatile)?);
+        Ok(0)
+    } else {
+        keys.push(canonical_key(py, &name, &args, volatile)?);
+        Ok(0)
+    }
+}
+
+/// Keys the queued JSON texts (without the GIL) and fills in their keys.
+fn key_block(
+    py: Python<'_>,
+    pending: &[Pending<'_>],
+    volatile: &VolatileKeys,
+    threads: usize,
+    keys: &mut [Key],
+) -> PyResult<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
     let names = volatile.names();
-    let results = py.detach(|| key_pending(&pending, names, threads));
+    let results = py.detach(|| key_pending(pending, names, threads));
     for (item, result) in pending.iter().zip(results) {
         match result {
             Ok(key) => keys[item.index] = key,
             Err(JsonError::IntTooLong { .. } | JsonError::TooDeep) => {
                 // The rare texts that need Python: keyed again with the GIL.
                 let (name, args) = (item.call.0.bind(py), item.call.1.bind(py));
-                match json_key(py, name.as_any(), args, &volatile) {
+                match json_key(py, name.as_any(), args, volatile) {
                     Ok(key) => keys[item.index] = key,
                     Err(err) => return Err(add_note(py, err, item.index)),
                 }
@@ -402,11 +471,7 @@ pub fn call_keys<'py>(
             Err(err) => return Err(add_note(py, raise(py, err, &item.text), item.index)),
         }
     }
-    match first_error {
-        Some((usize::MAX, err)) => Err(err),
-        Some((index, err)) => Err(add_note(py, err, index)),
-        None => PyList::new(py, keys.into_iter().map(key_hex)),
-    }
+    Ok(())
 }
 
 /// Keys every pending call, across `threads` threads when there is enough text to share.
