@@ -58,10 +58,11 @@ pub enum Detail {
     Plain,
     /// Repeats whose results were observed and did not change.
     Unchanged,
-    /// This many calls to the tool in a row came back empty.
-    Empty(u32),
-    /// The last calls went twice round a cycle of these tools (ids from `intern_tool`).
-    Cycle(Vec<u32>),
+    /// This many calls in a row to these tools (ids, in order) came back empty.
+    Empty(u32, Vec<u32>),
+    /// The last calls went twice round a cycle of these tools (ids from `intern_tool`);
+    /// `true` when it mixes writes and reads: only the writes' results had to be the same.
+    Cycle(Vec<u32>, bool),
     /// A poll tool reached this limit.
     PollLimit(u32),
 }
@@ -306,7 +307,7 @@ impl<V, R, N> RunState<V, R, N> {
         } else {
             Detail::Plain
         };
-        let empty_run = self.empty_run(tool);
+        let (empty_run, empty_detail) = self.empty_run(tool);
         if repeats >= limits.stop_at {
             return decision(
                 Action::Stop,
@@ -315,20 +316,16 @@ impl<V, R, N> RunState<V, R, N> {
                 repeat_detail,
             );
         }
-        if let Some(cycle) = self.cycle(key) {
-            return decision(
-                Action::Stop,
-                Some(Reason::NoProgress),
-                repeats,
-                Detail::Cycle(cycle),
-            );
+        if let Some((tools, writes)) = self.cycle(key) {
+            let detail = Detail::Cycle(tools, writes);
+            return decision(Action::Stop, Some(Reason::NoProgress), repeats, detail);
         }
         if empty_run > limits.stop_at {
             return decision(
                 Action::Stop,
                 Some(Reason::NoProgress),
                 repeats,
-                Detail::Empty(empty_run),
+                empty_detail,
             );
         }
         if over_budget {
@@ -343,7 +340,7 @@ impl<V, R, N> RunState<V, R, N> {
             return decision(Action::Nudge, None, repeats, repeat_detail);
         }
         if empty_run > limits.nudge_at {
-            return decision(Action::Nudge, None, repeats, Detail::Empty(empty_run));
+            return decision(Action::Nudge, None, repeats, empty_detail);
         }
         decision(Action::Allow, None, repeats, Detail::Plain)
     }
@@ -369,28 +366,33 @@ impl<V, R, N> RunState<V, R, N> {
         (count + 1, true)
     }
 
-    /// Calls to `tool` at the end of the window that came back empty or were nudged,
-    /// provided at least one of them ran and came back empty.
-    fn empty_run(&self, tool: u32) -> u32 {
-        let mut run = 0;
-        let mut seen_empty = false;
-        for entry in self.window.iter().rev() {
-            if entry.tool != tool || !(entry.empty || entry.nudged) {
-                break;
+    /// The calls at the end of the window that came back empty or were nudged, if at least
+    /// one came back empty and `tool` is among their tools; with the message detail: how
+    /// many came back empty, and their tools in order.
+    fn empty_run(&self, tool: u32) -> (u32, Detail) {
+        let run: Vec<&Entry> = self
+            .window
+            .iter()
+            .rev()
+            .take_while(|e| e.empty || e.nudged)
+            .collect();
+        let empties = run.iter().filter(|e| e.empty).count() as u32;
+        // The tools that came back empty; a tool that was only nudged returned nothing at all.
+        let mut tools: Vec<u32> = Vec::new();
+        for entry in run.iter().rev().filter(|e| e.empty) {
+            if !tools.contains(&entry.tool) {
+                tools.push(entry.tool);
             }
-            run += 1;
-            seen_empty |= entry.empty;
         }
-        if seen_empty {
-            run
-        } else {
-            0
+        if empties == 0 || !tools.contains(&tool) {
+            return (0, Detail::Plain);
         }
+        (run.len() as u32, Detail::Empty(empties, tools))
     }
 
     /// The tools of the shortest cycle the window went round twice with the same results
     /// that a call of `key` would start a third round of.
-    fn cycle(&self, key: Key) -> Option<Vec<u32>> {
+    fn cycle(&self, key: Key) -> Option<(Vec<u32>, bool)> {
         let n = self.window.len();
         for period in 2..=n / 2 {
             let laps: Vec<&Entry> = self.window.range(n - 2 * period..).collect();
@@ -398,13 +400,18 @@ impl<V, R, N> RunState<V, R, N> {
                 continue;
             }
             let (first, second) = laps.split_at(period);
+            // With writes in the cycle, their results are what must repeat: the writes put
+            // the world back, and what the reads in between print may be noise.
+            let writes = first.iter().any(|e| e.writes);
             let same = first
                 .iter()
                 .zip(second)
-                .all(|(a, b)| a.key == b.key && a.result == b.result);
+                .all(|(a, b)| a.key == b.key && (a.result == b.result || (writes && !a.writes)));
             let distinct = first.iter().any(|e| e.key != first[0].key);
             if same && distinct {
-                return Some(first.iter().map(|e| e.tool).collect());
+                // Reads whose results were let differ: "the same results of its writes".
+                let mixed = writes && !first.iter().all(|e| e.writes);
+                return Some((first.iter().map(|e| e.tool).collect(), mixed));
             }
         }
         None
@@ -661,7 +668,7 @@ mod tests {
         }
         let stop = run_observed(&mut state, 1, 0, None, 21);
         assert_eq!(stop.reason, Some(Reason::NoProgress));
-        assert_eq!(stop.detail, Detail::Cycle(vec![0, 1, 0, 1]));
+        assert_eq!(stop.detail, Detail::Cycle(vec![0, 1, 0, 1], true));
     }
 
     #[test]
@@ -678,8 +685,8 @@ mod tests {
                 (Allow, Detail::Plain),
                 (Allow, Detail::Plain),
                 (Allow, Detail::Plain),
-                (Nudge, Detail::Empty(3)),
-                (Stop, Detail::Empty(4)),
+                (Nudge, Detail::Empty(3, vec![0])),
+                (Stop, Detail::Empty(3, vec![0])),
             ]
         );
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFrozenSet, PyInt, PyList, PySequence, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PySequence, PyString};
 use smallvec::SmallVec;
 
 use crate::canon::{self, Text};
@@ -28,11 +28,12 @@ type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
 /// A tool's policy as the reference's `_check_tools` validated it.
 struct ToolSpec {
     rule: ToolRule,
-    /// The texts that count as an empty result, as canonical JSON string literals (so a
-    /// result string, written the same way, is compared byte for byte).
-    empty_literals: Vec<Vec<u8>>,
-    /// The same texts as the reference holds them, for results only Python can judge.
-    empty_set: Py<PyFrozenSet>,
+    /// Empty results are answers for this tool: never counted as empty.
+    empty_answers: bool,
+    /// Digests of the results the policy lists as empty.
+    empty_digests: Vec<Key>,
+    /// The reference's policy object, for results only Python can judge.
+    policy: Py<PyAny>,
 }
 
 type ToolSpecs = HashMap<Box<[u8]>, ToolSpec>;
@@ -83,9 +84,50 @@ struct Prepared<'py> {
 enum VerdictDetail {
     Plain,
     Unchanged,
-    Empty(u32),
-    Cycle(Vec<Py<PyString>>),
+    Empty(u32, Vec<Py<PyString>>),
+    Cycle(Vec<Py<PyString>>, bool),
     PollLimit(u32),
+}
+
+/// "3 calls to search_docs in a row", or "4 calls in a row to search_docs, search_kb", as
+/// the reference's `_empty_calls` writes it.
+fn empty_calls<'py>(
+    py: Python<'py>,
+    count: u32,
+    tools: &[Py<PyString>],
+) -> Vec<Bound<'py, PyString>> {
+    let text = |t: &str| PyString::new(py, t);
+    if let [tool] = tools {
+        return vec![
+            text(&format!("{count} calls to ")),
+            tool.bind(py).clone(),
+            text(" in a row"),
+        ];
+    }
+    let mut parts = vec![text(&format!("{count} calls in a row to "))];
+    for (i, tool) in tools.iter().enumerate() {
+        if i > 0 {
+            parts.push(text(", "));
+        }
+        parts.push(tool.bind(py).clone());
+    }
+    parts
+}
+
+fn copy_names(py: Python<'_>, names: &[Py<PyString>]) -> Vec<Py<PyString>> {
+    names.iter().map(|t| t.clone_ref(py)).collect()
+}
+
+fn same_names(py: Python<'_>, a: &[Py<PyString>], b: &[Py<PyString>]) -> PyResult<bool> {
+    if a.len() != b.len() {
+        return Ok(false);
+    }
+    for (x, y) in a.iter().zip(b) {
+        if !PyAnyMethods::eq(x.bind(py).as_any(), y.bind(py))? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 impl VerdictDetail {
@@ -93,9 +135,9 @@ impl VerdictDetail {
         match self {
             VerdictDetail::Plain => VerdictDetail::Plain,
             VerdictDetail::Unchanged => VerdictDetail::Unchanged,
-            VerdictDetail::Empty(n) => VerdictDetail::Empty(*n),
-            VerdictDetail::Cycle(tools) => {
-                VerdictDetail::Cycle(tools.iter().map(|t| t.clone_ref(py)).collect())
+            VerdictDetail::Empty(n, tools) => VerdictDetail::Empty(*n, copy_names(py, tools)),
+            VerdictDetail::Cycle(tools, writes) => {
+                VerdictDetail::Cycle(copy_names(py, tools), *writes)
             }
             VerdictDetail::PollLimit(n) => VerdictDetail::PollLimit(*n),
         }
@@ -105,18 +147,12 @@ impl VerdictDetail {
         Ok(match (self, other) {
             (VerdictDetail::Plain, VerdictDetail::Plain)
             | (VerdictDetail::Unchanged, VerdictDetail::Unchanged) => true,
-            (VerdictDetail::Empty(a), VerdictDetail::Empty(b))
-            | (VerdictDetail::PollLimit(a), VerdictDetail::PollLimit(b)) => a == b,
-            (VerdictDetail::Cycle(a), VerdictDetail::Cycle(b)) => {
-                if a.len() != b.len() {
-                    return Ok(false);
-                }
-                for (x, y) in a.iter().zip(b) {
-                    if !PyAnyMethods::eq(x.bind(py).as_any(), y.bind(py))? {
-                        return Ok(false);
-                    }
-                }
-                true
+            (VerdictDetail::PollLimit(a), VerdictDetail::PollLimit(b)) => a == b,
+            (VerdictDetail::Empty(a, x), VerdictDetail::Empty(b, y)) => {
+                a == b && same_names(py, x, y)?
+            }
+            (VerdictDetail::Cycle(a, x), VerdictDetail::Cycle(b, y)) => {
+                x == y && same_names(py, a, b)?
             }
             _ => false,
         })
@@ -236,14 +272,14 @@ impl Verdict {
         let tool = self.tool.bind(py).clone();
         let text = |t: &str| PyString::new(py, t);
         let parts: Vec<Bound<'py, PyString>> = match (self.action, self.reason, &self.detail) {
-            (Action::Nudge, _, VerdictDetail::Empty(n)) => vec![
-                text(&format!("{n} calls to ")),
-                tool,
-                text(
-                    " in a row returned nothing. Do not reword the same request again: try a \
-                     different tool or approach, or report what you have so far.",
-                ),
-            ],
+            (Action::Nudge, _, VerdictDetail::Empty(n, tools)) => {
+                let mut parts = empty_calls(py, *n, tools);
+                parts.push(text(
+                    " returned nothing. Do not reword the same request again: try a different \
+                     tool or approach, or report what you have so far.",
+                ));
+                parts
+            }
             (Action::Nudge, _, detail) => {
                 let unchanged = if matches!(detail, VerdictDetail::Unchanged) {
                     ", and the result has not changed"
@@ -267,12 +303,13 @@ impl Verdict {
                 "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
                 self.budget.as_deref().unwrap_or("None")
             ))],
-            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Empty(n)) => vec![
-                text(&format!("Stopped (no_progress): {n} calls to ")),
-                tool,
-                text(" in a row returned nothing."),
-            ],
-            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Cycle(tools)) => {
+            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Empty(n, tools)) => {
+                let mut parts = vec![text("Stopped (no_progress): ")];
+                parts.extend(empty_calls(py, *n, tools));
+                parts.push(text(" returned nothing."));
+                parts
+            }
+            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Cycle(tools, writes)) => {
                 let mut parts = vec![text(&format!(
                     "Stopped (no_progress): the last {} calls went twice round the same cycle (",
                     2 * tools.len()
@@ -283,7 +320,11 @@ impl Verdict {
                     }
                     parts.push(name.bind(py).clone());
                 }
-                parts.push(text(") with the same results; "));
+                parts.push(text(if *writes {
+                    ") with the same results from its writes; "
+                } else {
+                    ") with the same results; "
+                }));
                 parts.push(tool);
                 parts.push(text(" would start a third round."));
                 parts
@@ -504,14 +545,14 @@ impl Guard {
         if !plain {
             let value = helpers.result_value.bind(py).call1((result,))?;
             let digest: String = helpers.result_digest.bind(py).call1((&value,))?.extract()?;
-            let empty_set = match spec {
-                Some(spec) => spec.empty_set.bind(py).clone(),
-                None => PyFrozenSet::empty(py)?,
+            let policy = match spec {
+                Some(spec) => spec.policy.bind(py).clone(),
+                None => py.None().into_bound(py),
             };
             let empty: bool = helpers
                 .is_empty_result
                 .bind(py)
-                .call1((&value, empty_set))?
+                .call1((&value, &digest, policy))?
                 .extract()?;
             return Ok((parse_digest(&digest)?, empty));
         }
@@ -533,14 +574,16 @@ impl Guard {
             }
             Err(err) => return Err(err),
         };
-        let empty = if result.is_none() {
-            true
-        } else if let Ok(text) = result.cast::<PyString>() {
-            let mut literal = Vec::with_capacity(16);
-            canon::write_collapsed_str(&mut literal, text_of(text)?);
-            literal == b"\"\"" || spec.is_some_and(|s| s.empty_literals.contains(&literal))
-        } else {
-            result.len()? == 0
+        let empty = match spec {
+            Some(spec) if spec.empty_answers => false,
+            Some(spec) if spec.empty_digests.contains(&digest) => true,
+            _ if result.is_none() => true,
+            _ => match result.cast::<PyString>() {
+                Ok(text) => text_of(text)?
+                    .code_points()
+                    .all(canon::is_python_whitespace),
+                Err(_) => result.len()? == 0,
+            },
         };
         Ok((digest, empty))
     }
@@ -625,13 +668,9 @@ impl Guard {
         let detail = match &decision.detail {
             Detail::Plain => VerdictDetail::Plain,
             Detail::Unchanged => VerdictDetail::Unchanged,
-            Detail::Empty(n) => VerdictDetail::Empty(*n),
+            Detail::Empty(n, ids) => VerdictDetail::Empty(*n, names_of(py, state, ids)),
             Detail::PollLimit(n) => VerdictDetail::PollLimit(*n),
-            Detail::Cycle(ids) => VerdictDetail::Cycle(
-                ids.iter()
-                    .filter_map(|&id| state.tool_name(id).map(|n| n.clone_ref(py)))
-                    .collect(),
-            ),
+            Detail::Cycle(ids, writes) => VerdictDetail::Cycle(names_of(py, state, ids), *writes),
         };
         let cached = state
             .cached(&decision, policy, key)
@@ -681,6 +720,13 @@ fn verdict_arg<'a>(method: &str, verdict: &'a Bound<'_, PyAny>) -> PyResult<&'a 
             verdict.get_type().name()?
         ))),
     }
+}
+
+/// The names of interned tool ids.
+fn names_of(py: Python<'_>, state: &State, ids: &[u32]) -> Vec<Py<PyString>> {
+    ids.iter()
+        .filter_map(|&id| state.tool_name(id).map(|n| n.clone_ref(py)))
+        .collect()
 }
 
 fn parse_digest(hex: &str) -> PyResult<Key> {
@@ -940,24 +986,21 @@ fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(Tool
         let Some(kind) = Policy::parse(&kind) else {
             return Err(PyValueError::new_err(format!("unknown policy {kind:?}")));
         };
-        let empty_set = policy.getattr("empty")?.cast_into::<PyFrozenSet>()?;
-        let mut empty_literals = Vec::new();
-        for text in empty_set.iter() {
-            let text = text.cast_into::<PyString>()?;
-            let mut literal = Vec::new();
-            canon::write_collapsed_str(&mut literal, text_of(&text)?);
-            empty_literals.push(literal);
+        let mut empty_digests = Vec::new();
+        for digest in policy.getattr("empty_digests")?.try_iter()? {
+            empty_digests.push(parse_digest(&digest?.extract::<String>()?)?);
         }
+        // Any number of polls the reference accepts; more than 2^32 is as good as no limit.
+        let max_polls = policy.getattr("max_polls")?;
+        let max_polls = max_polls.extract::<u32>().unwrap_or(u32::MAX);
         let spec = ToolSpec {
             rule: ToolRule {
                 policy: kind,
-                max_polls: policy
-                    .getattr("max_polls")?
-                    .extract::<u64>()?
-                    .min(u32::MAX as u64) as u32,
+                max_polls,
             },
-            empty_literals,
-            empty_set: empty_set.unbind(),
+            empty_answers: policy.getattr("empty_answers")?.extract()?,
+            empty_digests,
+            policy: policy.unbind(),
         };
         specs.insert(wtf8_of(&name)?.into_boxed_slice(), spec);
     }

@@ -5,7 +5,9 @@ A hypothesis state machine holds one ``tripwire._core.Guard`` and one
 the same random calls: repeats and near-repeats (same arguments, different key order,
 whitespace, volatile keys, ``None`` entries, integral floats), arguments as JSON text
 (broken text included), call-id retries and floods of new call ids, turns with duplicates,
-recorded results, resets, and bad calls. After every step every verdict field and the
+recorded results, observed results (issue #6: the same, a different or an empty result for a
+repeat, revisits that make cycles, tools declared ``poll`` with a ``max_polls`` or ``read``
+with ``empty`` texts), resets, and bad calls. After every step every verdict field and the
 visible state (steps, stopped, len, keys, repr) must be identical.
 
 ``HYPOTHESIS_PROFILE=thorough`` runs ten times as many examples.
@@ -33,14 +35,26 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason=NO_NATIVE)
 POLICY_TOOLS = ("get_logs", "deploy", "build_status", "récupérer", "bad\ud800tool")
 TOOL_NAMES = (*POLICY_TOOLS, "list_services")
 
-policies = st.sampled_from(("read", "write", "volatile"))
+# Policies by name, and as settings (issue #6): polls with small limits, so that they are
+# reached, and a read whose "No results" counts as empty.
+POLICY_SPECS: tuple[Any, ...] = (
+    {"policy": "poll", "max_polls": 2},
+    {"policy": "poll", "max_polls": 4},
+    {"policy": "read", "empty": ["No results"]},
+    {"policy": "write"},
+)
+policies = st.sampled_from(("read", "write", "volatile", "poll")) | st.sampled_from(POLICY_SPECS)
 configs = st.fixed_dictionaries(
     {
         "max_steps": st.none() | st.integers(1, 16),
         # Mostly with get_logs a read, so that cached results show up.
         "tools": st.none()
         | st.fixed_dictionaries(
-            {"get_logs": st.sampled_from(("read", "read", "read", "write", "volatile"))},
+            {
+                "get_logs": st.sampled_from(
+                    ("read", "read", "read", "write", "volatile", "poll", *POLICY_SPECS)
+                )
+            },
             optional={tool: policies for tool in POLICY_TOOLS[1:]},
         ),
         "volatile_keys": st.sampled_from((None, frozenset({"session"}), ("request_id",))),
@@ -134,6 +148,45 @@ turn_calls = st.lists(
 # by identity.
 RESULTS: tuple[Any, ...] = (None, [], ["error: timeout"], {"rows": 3}, "ok", 0, False)
 
+
+class SdkResult:
+    """Shaped like an SDK's pydantic result: compared by its ``model_dump(mode="json")``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def model_dump(self, *, mode: str = "python") -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": self.text}], "isError": False}
+
+
+# Results to observe: few, so that a repeat often sees the same result as the call before it;
+# empty ones (None, "", [], the "No results" a policy may declare empty, b""), and the same
+# value spelled differently (bytes and text, an SDK object and its JSON form).
+OBSERVED: tuple[Any, ...] = (
+    None,
+    [],
+    "",
+    b"",
+    "No results",
+    "ok",
+    b"ok",
+    "pending",
+    ["error: timeout"],
+    {"rows": 3},
+    {"rows": 3.0},
+    SdkResult("ok"),
+    {"content": [{"type": "text", "text": "ok"}], "isError": False},
+)
+
+# What a verdict's message says about observed results (issue #6), for the statistics.
+MESSAGE_DETAILS = (
+    ("has not changed", "result unchanged"),
+    ("same result", "result unchanged"),
+    ("returned nothing", "run of empty results"),
+    ("same cycle", "cycle"),
+    ("was polled", "poll limit"),
+)
+
 # Calls that must fail in both backends and change nothing.
 BAD_CALLS: dict[str, Any] = {
     "set-in-args": lambda g: g.check("get_logs", {"service": {"checkout"}}),
@@ -148,6 +201,8 @@ BAD_CALLS: dict[str, Any] = {
     "turn-str": lambda g: g.check_turn([("deploy", {"v": 1}), "get_logs"]),
     "turn-too-deep": lambda g: g.check_turn([("deploy", {}), ("status", deep_args())]),
     "record-not-a-verdict": lambda g: g.record({"action": "allow"}, ["x"]),
+    "observe-not-a-verdict": lambda g: g.observe({"action": "allow"}, ["x"]),
+    "observe-none": lambda g: g.observe(None, []),
 }
 
 
@@ -186,6 +241,10 @@ class GuardParity(RuleBasedStateMachine):
             event("verdict: served from the cache")
         if reference.duplicate_of is not None:
             event("verdict: duplicate within a turn")
+        message = reference.message or ""
+        for needle, detail in MESSAGE_DETAILS:
+            if needle in message:
+                event(f"verdict: {reference.action}, {detail}")
         self.pairs.append((native, reference))
         self.calls.append(call)
 
@@ -262,6 +321,90 @@ class GuardParity(RuleBasedStateMachine):
         native, reference = self.pairs[index]
         self.native.record(native, result)
         self.reference.record(reference, result)
+
+    @precondition(lambda self: self.pairs)
+    @rule(data=st.data(), result=st.sampled_from(OBSERVED))
+    def observe(self, data: st.DataObject, result: Any) -> None:
+        """What a harness tells the guard after running a call (issue #6). Mostly one of the
+        latest verdicts; nudged and stopped ones too, which the guards must both ignore."""
+        last = len(self.pairs) - 1
+        index = data.draw(st.integers(max(0, last - 3), last) | st.integers(0, last))
+        native, reference = self.pairs[index]
+        assert outcome(self.native.observe, native, result) == outcome(
+            self.reference.observe, reference, result
+        )
+
+    @precondition(lambda self: self.pairs)
+    @rule(
+        result=st.sampled_from(OBSERVED),
+        changes=st.frozensets(st.sampled_from(RESPELLINGS)),
+        back=st.integers(1, 4),
+    )
+    def observe_and_revisit(self, result: Any, changes: frozenset[str], back: int) -> None:
+        """Observe the latest verdict, then make one of the last few calls again: a repeat
+        whose result may or may not have changed, or the next lap of a cycle."""
+        native, reference = self.pairs[-1]
+        self.native.observe(native, result)
+        self.reference.observe(reference, result)
+        known = [call for call in self.calls[-8:] if call is not None]
+        name, args = known[-min(back, len(known))] if known else ("get_logs", BASES[0])
+        args = respell(args, changes, 0) if isinstance(args, dict) else args
+        native, reference = self.both(lambda g: g.check(name, args))
+        self.agree(native, reference, (name, args))
+        if reference.action == "stop":
+            event(f"observe: stopped, {reference.reason}")
+
+    def check_and_observe(self, name: str, args: Any, result: Any) -> None:
+        native, reference = self.both(lambda g: g.check(name, args))
+        self.agree(native, reference, (name, args))
+        self.native.observe(native, result)
+        self.reference.observe(reference, result)
+
+    @precondition(lambda self: self.pairs)
+    @rule(
+        results=st.lists(st.sampled_from((None, [], "", b"", "No results", "ok")), max_size=6),
+        first=st.integers(0, 3),
+    )
+    def reword(self, results: list[Any], first: int) -> None:
+        """Differently worded questions to the latest call's tool, in a row, each observed,
+        mostly with an empty result: fruitless rewording (issue #6)."""
+        name = self.pairs[-1][1].tool
+        for wording, result in enumerate(results, start=first):
+            args = {"query": f"refund policy, wording {wording}", "limit": 10}
+            self.check_and_observe(name, args, result)
+
+    @precondition(lambda self: len([call for call in self.calls if call is not None]) >= 2)
+    @rule(
+        period=st.integers(2, 3),
+        laps=st.integers(1, 3),
+        results=st.lists(st.sampled_from(OBSERVED), min_size=3, max_size=3),
+        drift=st.booleans(),
+    )
+    def go_round(self, period: int, laps: int, results: list[Any], drift: bool) -> None:
+        """The last ``period`` calls again, ``laps`` times, each observed with the result of
+        its place in the cycle, or (``drift``) with one that changes every lap: edit, undo,
+        edit (issue #6)."""
+        cycle = [call for call in self.calls if call is not None][-period:]
+        for lap in range(laps):
+            for place, (name, args) in enumerate(cycle):
+                result = OBSERVED[(lap + place) % len(OBSERVED)] if drift else results[place]
+                self.check_and_observe(name, args, result)
+
+    @rule(results=st.lists(st.sampled_from(("pending", "pending", "running", None)), max_size=6))
+    def poll(self, results: list[Any]) -> None:
+        """One status call again and again, each observed (issue #6): a wait, bounded by
+        ``max_polls`` where the configuration declares the tool ``poll``."""
+        for result in results:
+            self.check_and_observe("build_status", {"build_id": "b-1"}, result)
+
+    @rule(laps=st.integers(1, 3), tool=st.sampled_from(POLICY_TOOLS[:3]), same=st.booleans())
+    def edit_undo(self, laps: int, tool: str, same: bool) -> None:
+        """A change and its undo, lap after lap, each observed with the same result or with
+        one that changes every lap (issue #6)."""
+        for lap in range(laps):
+            for version in ("v2", "v1"):
+                result = "applied" if same else f"applied, lap {lap}"
+                self.check_and_observe(tool, {"path": "rates.py", "set": version}, result)
 
     # A stopped guard answers nothing new, so reset it; otherwise now and then.
     @precondition(lambda self: self.reference.stopped or self.reference.steps >= 10)

@@ -15,11 +15,15 @@ progress, which the hash alone cannot (the seed's last section):
 - A tool declared ``"poll"`` may repeat the same call while waiting, up to ``max_polls``
   times a run (default 20); then it stops with ``loop_detected``.
 - Oscillation: when the last ``2p`` calls are two laps of one cycle of ``p`` calls (at least
-  two different ones) with the same results, and this call would start a third lap, the run
-  stops with ``no_progress`` (edit, undo, edit; A-B-A-B).
-- Fruitless rewording: consecutive calls to one tool that all came back empty (``None``,
-  ``""``, ``[]``, ``{}``, or a text the tool's policy calls empty): after ``nudge_at + 1`` of
-  them the next is nudged, after ``stop_at + 1`` it stops with ``no_progress``.
+  two different ones) and this call would start a third lap, the run stops with
+  ``no_progress`` (edit, undo, edit; A-B-A-B). The laps must have the same results; when the
+  cycle has writes in it, the same results of its writes suffice (the writes put the world
+  back; what the reads in between print, test timings say, is noise).
+- Fruitless rewording: calls in a row that all came back empty (``None``, ``""``, ``[]``,
+  ``{}``, or a value the tool's policy lists as empty), this call's tool among them: after
+  ``nudge_at + 1`` of them (nudged calls included) the next is nudged, after ``stop_at + 1``
+  it stops with ``no_progress``. A tool whose empty results are answers (an error-log check
+  that finds nothing) declares ``"empty": False``.
 
 Without ``observe``, verdicts are exactly the hash-only ones.
 """
@@ -57,17 +61,25 @@ def _ordinal(n: int) -> str:
 # What a verdict's message is about, beyond its action and reason:
 #   None                 plain (no results observed)
 #   ("unchanged",)       repeats whose results were observed and did not change
-#   ("empty", n)         n calls to the tool in a row came back empty
-#   ("cycle", tools)     the last calls went twice round a cycle of these tools
+#   ("empty", n, tools)  n calls in a row to these tools came back empty
+#   ("cycle", tools, w)  the last calls went twice round a cycle of these tools (w: of writes
+#                        and reads, where only the writes' results had to be the same)
 #   ("poll", limit)      a poll tool reached its limit
 Detail = tuple[Any, ...] | None
+
+
+def _empty_calls(detail: tuple[Any, ...]) -> str:
+    count, tools = detail[1], detail[2]
+    if len(tools) == 1:
+        return f"{count} calls to {tools[0]} in a row"
+    return f"{count} calls in a row to {', '.join(tools)}"
 
 
 def nudge_message(tool: str, repeats: int, detail: Detail = None) -> str:
     if detail is not None and detail[0] == "empty":
         return (
-            f"{detail[1]} calls to {tool} in a row returned nothing. Do not reword the same "
-            "request again: try a different tool or approach, or report what you have so far."
+            f"{_empty_calls(detail)} returned nothing. Do not reword the same request again: "
+            "try a different tool or approach, or report what you have so far."
         )
     unchanged = ", and the result has not changed" if detail == ("unchanged",) else ""
     return (
@@ -90,11 +102,12 @@ def stop_message(
     if reason == "no_progress":
         assert detail is not None
         if detail[0] == "empty":
-            return f"Stopped (no_progress): {detail[1]} calls to {tool} in a row returned nothing."
+            return f"Stopped (no_progress): {_empty_calls(detail)} returned nothing."
         tools = " -> ".join(detail[1])
+        same = "the same results from its writes" if detail[2] else "the same results"
         return (
             f"Stopped (no_progress): the last {2 * len(detail[1])} calls went twice round the "
-            f"same cycle ({tools}) with the same results; {tool} would start a third round."
+            f"same cycle ({tools}) with {same}; {tool} would start a third round."
         )
     if detail is not None and detail[0] == "poll":
         return (
@@ -250,46 +263,56 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 class ToolPolicy:
     """A tool's policy: its kind, for polls the most times one call may repeat in a run, and
-    the texts that count as an empty result."""
+    what counts as an empty result: nothing at all (``empty_answers``: empty results are
+    answers for this tool), or the built-in empties plus the digests of listed values."""
 
-    __slots__ = ("empty", "kind", "max_polls")
+    __slots__ = ("empty_answers", "empty_digests", "kind", "max_polls")
 
-    def __init__(self, kind: Policy, max_polls: int, empty: frozenset[str]) -> None:
+    def __init__(
+        self,
+        kind: Policy,
+        max_polls: int = DEFAULT_MAX_POLLS,
+        empty_digests: frozenset[str] = frozenset(),
+        empty_answers: bool = False,
+    ) -> None:
         self.kind = kind
         self.max_polls = max_polls
-        self.empty = empty
+        self.empty_digests = empty_digests
+        self.empty_answers = empty_answers
 
 
 def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
     """The policy, and its form for ``repr``."""
-    if isinstance(spec, Mapping):
-        unknown = sorted(repr(k) for k in spec if k not in ("policy", "max_polls", "empty"))
-        if unknown:
-            raise ValueError(
-                f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
-                "expected 'policy', 'max_polls' or 'empty'"
+    if not isinstance(spec, Mapping):
+        return ToolPolicy(_check_policy_name(tool, spec)), spec
+    unknown = sorted(repr(k) for k in spec if k not in ("policy", "max_polls", "empty"))
+    if unknown:
+        raise ValueError(
+            f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
+            "expected 'policy', 'max_polls' or 'empty'"
+        )
+    kind = _check_policy_name(tool, spec.get("policy"))
+    shown: dict[str, object] = {"policy": kind}
+    policy = ToolPolicy(kind)
+    if "max_polls" in spec:
+        if kind != "poll":
+            raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
+        policy.max_polls = _check_int("max_polls", spec["max_polls"], 1)
+        shown["max_polls"] = policy.max_polls
+    if "empty" in spec:
+        empty = spec["empty"]
+        if empty is False:
+            policy.empty_answers = True
+            shown["empty"] = False
+        elif isinstance(empty, (list, tuple)):
+            policy.empty_digests = frozenset(result_digest(result_value(v)) for v in empty)
+            shown["empty"] = list(empty)
+        else:
+            raise TypeError(
+                f"empty for tool {tool!r} must be a list of results that count as empty, "
+                f"or False, not {type(empty).__name__}"
             )
-        kind = _check_policy_name(tool, spec.get("policy"))
-        shown: dict[str, object] = {"policy": kind}
-        max_polls = DEFAULT_MAX_POLLS
-        if "max_polls" in spec:
-            if kind != "poll":
-                raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
-            max_polls = _check_int("max_polls", spec["max_polls"], 1)
-            shown["max_polls"] = max_polls
-        empty: frozenset[str] = frozenset()
-        if "empty" in spec:
-            texts = spec["empty"]
-            if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-                raise TypeError(f"empty for tool {tool!r} must be a list of str")
-            listed = list(texts)
-            if not all(isinstance(t, str) for t in listed):
-                raise TypeError(f"empty for tool {tool!r} must be a list of str")
-            empty = frozenset(" ".join(t.split()) for t in listed)
-            shown["empty"] = sorted(empty)
-        return ToolPolicy(kind, max_polls, empty), shown
-    kind = _check_policy_name(tool, spec)
-    return ToolPolicy(kind, DEFAULT_MAX_POLLS, frozenset()), kind
+    return policy, shown
 
 
 def _check_policy_name(tool: str, policy: object) -> Policy:
@@ -343,14 +366,18 @@ def result_digest(value: Any) -> str:
         return call_key("result", repr(value))
 
 
-def is_empty_result(value: Any, empty: frozenset[str]) -> bool:
-    """``None``, an empty or blank text, an empty list, dict or tuple, or one of the texts
-    the tool's policy lists (compared with whitespace collapsed)."""
+def is_empty_result(value: Any, digest: str, policy: ToolPolicy | None) -> bool:
+    """``None``, an empty or blank text, an empty list, dict or tuple, or a value the tool's
+    policy lists as empty; never, for a tool whose empty results are answers."""
+    if policy is not None:
+        if policy.empty_answers:
+            return False
+        if digest in policy.empty_digests:
+            return True
     if value is None:
         return True
     if isinstance(value, str):
-        text = " ".join(value.split())
-        return text == "" or text in empty
+        return not value.split()
     if isinstance(value, (list, dict, tuple)):
         return len(value) == 0
     return False
@@ -537,20 +564,20 @@ class Guard:
             return "allow", None, polls, None
         repeats, unchanged = self._unchanged_repeats(key)
         detail: Detail = ("unchanged",) if unchanged else None
-        empty_run = self._empty_run(name)
+        empty_run, empty_detail = self._empty_run(name)
         if repeats >= self._stop_at:
             return "stop", "loop_detected", repeats, detail
         cycle = self._cycle(key)
         if cycle is not None:
-            return "stop", "no_progress", repeats, ("cycle", cycle)
+            return "stop", "no_progress", repeats, ("cycle", *cycle)
         if empty_run >= self._stop_at + 1:
-            return "stop", "no_progress", repeats, ("empty", empty_run)
+            return "stop", "no_progress", repeats, empty_detail
         if over_budget:
             return "stop", "budget_exhausted", repeats, None
         if repeats >= self._nudge_at:
             return "nudge", None, repeats, detail
         if empty_run >= self._nudge_at + 1:
-            return "nudge", None, repeats, ("empty", empty_run)
+            return "nudge", None, repeats, empty_detail
         return "allow", None, repeats, None
 
     def _unchanged_repeats(self, key: str) -> tuple[int, bool]:
@@ -575,21 +602,26 @@ class Guard:
             wrote = wrote or entry.writes
         return count + 1, True
 
-    def _empty_run(self, name: str) -> int:
-        """Calls to ``name`` at the end of the window that came back empty or were nudged,
-        provided at least one of them ran and came back empty."""
-        run = 0
-        seen_empty = False
+    def _empty_run(self, name: str) -> tuple[int, Detail]:
+        """The calls at the end of the window that came back empty or were nudged (so ran
+        no better), if at least one came back empty and ``name`` is among their tools; with
+        the message detail: how many came back empty, and their tools in order."""
+        run: list[_Entry] = []
         for entry in reversed(self._window):
-            if entry.tool != name or not (entry.empty or entry.nudged):
+            if not (entry.empty or entry.nudged):
                 break
-            run += 1
-            seen_empty = seen_empty or entry.empty
-        return run if seen_empty else 0
+            run.append(entry)
+        empties = sum(entry.empty for entry in run)
+        # The tools that came back empty; a tool that was only nudged returned nothing at all.
+        tools = tuple(dict.fromkeys(entry.tool for entry in reversed(run) if entry.empty))
+        if empties == 0 or name not in tools:
+            return 0, None
+        return len(run), ("empty", empties, tools)
 
-    def _cycle(self, key: str) -> tuple[str, ...] | None:
+    def _cycle(self, key: str) -> tuple[tuple[str, ...], bool] | None:
         """The tools of a cycle the window went round twice, with the same results, that this
-        call would start a third round of; the shortest such cycle."""
+        call would start a third round of (the shortest such cycle); and whether it mixes
+        writes and reads (then only the writes' results had to be the same)."""
         entries = list(self._window)
         n = len(entries)
         for period in range(2, n // 2 + 1):
@@ -597,11 +629,16 @@ class Guard:
             if laps[0].key != key or any(entry.result is None for entry in laps):
                 continue
             first, second = laps[:period], laps[period:]
+            # With writes in the cycle, their results are what must repeat (see the module).
+            writes = any(entry.writes for entry in first)
             same = all(
-                a.key == b.key and a.result == b.result for a, b in zip(first, second, strict=True)
+                a.key == b.key and (a.result == b.result or (writes and not a.writes))
+                for a, b in zip(first, second, strict=True)
             )
             if same and len({entry.key for entry in first}) > 1:
-                return tuple(entry.tool for entry in first)
+                # Reads whose results were let differ make it "the same results of its writes".
+                mixed = writes and not all(entry.writes for entry in first)
+                return tuple(entry.tool for entry in first), mixed
         return None
 
     def _remember_call_id(self, call_id: str, verdict: Verdict) -> None:
@@ -636,10 +673,9 @@ class Guard:
             raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
         if verdict.action != "allow":
             return
-        policy = self._tools.get(verdict.tool)
         value = result_value(result)
         digest = result_digest(value)
-        empty = is_empty_result(value, policy.empty if policy is not None else frozenset())
+        empty = is_empty_result(value, digest, self._tools.get(verdict.tool))
         with self._locked():
             for entry in reversed(self._window):
                 if entry.step == verdict.step and entry.key == verdict.key:
