@@ -1,0 +1,317 @@
+"""The ``tripwire`` command (also ``python -m tripwire``).
+
+``tripwire replay PATH...`` puts recorded agent runs through the guard and reports where it
+would have nudged and stopped them and what that would have saved. ``tripwire key NAME
+ARGS_JSON`` prints a call's key.
+
+Exit status, a bit mask so that both conditions can be reported at once:
+
+* 0: done, nothing to report;
+* 1: ``--fail-on-loop`` was given and at least one run looped;
+* 2: bad usage (unknown option, invalid guard settings, ``key`` arguments that are not JSON);
+* 4: some input was bad (a file unreadable, a line not JSON or of no known shape): it was
+  reported on stderr with file and line, skipped, and the report covers the rest;
+* 5: both 1 and 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from typing import Final, TextIO
+
+import tripwire
+from tripwire.replay import cost, progress
+from tripwire.replay.formats import Problem
+from tripwire.replay.report import DEFAULT_LIMIT, render, write_json
+from tripwire.replay.simulate import STDIN, Settings, replay
+
+EXIT_OK: Final = 0
+EXIT_LOOP: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_BAD_INPUT: Final = 4
+# Problems printed on stderr as they are found; the rest are counted (and kept in --json).
+PRINTED_PROBLEMS: Final = 20
+
+_EPILOG = """\
+exit status: 0 fine; 1 a run looped (with --fail-on-loop); 2 bad usage;
+4 some input was bad and skipped (reported on stderr, the rest is reported); 5 = 1 and 4.
+"""
+
+_REPLAY_HELP = """\
+Replays recorded agent runs through the loop guard: where it would have nudged and
+stopped each run, and the steps, tokens and money that stopping would have saved.
+
+Input formats, detected per file (JSON or JSONL, .gz too, - for stdin, directories are
+searched for *.json, *.jsonl, *.ndjson and their .gz):
+  events            JSONL of {"run": ..., "tool": ..., "args": {...} or "json text",
+                    "usage": {"input_tokens": ..., "output_tokens": ...}}
+  openai-chat       message lists; assistant tool_calls with string arguments
+  openai-responses  item lists; function_call items
+  anthropic         message lists; assistant tool_use blocks
+  claude-code       Claude Code session JSONL (~/.claude/projects/*/*.jsonl)
+  codex             Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)
+
+Money: every model call re-sends the transcript, so each call is priced from its own usage
+figures where the trace has them, else estimated from the transcript size (marked ~).
+"""
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a price: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a price: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _add_volatile(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--volatile-key",
+        action="append",
+        default=[],
+        metavar="K",
+        help="an argument name to ignore at every depth, in addition to the defaults "
+        f"({', '.join(sorted(tripwire.DEFAULT_VOLATILE_KEYS))}); repeatable",
+    )
+    parser.add_argument(
+        "--no-default-volatile",
+        action="store_true",
+        help="do not ignore the default volatile keys (only those given with --volatile-key)",
+    )
+
+
+def _volatile(args: argparse.Namespace) -> frozenset[str] | None:
+    if not args.volatile_key and not args.no_default_volatile:
+        return None
+    base: frozenset[str] = (
+        frozenset() if args.no_default_volatile else tripwire.DEFAULT_VOLATILE_KEYS
+    )
+    return base | frozenset(args.volatile_key)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tripwire",
+        description="Loop guard for AI agents.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tripwire {tripwire.__version__} ({tripwire.IMPLEMENTATION} core)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    rp = commands.add_parser(
+        "replay",
+        help="what the guard would have saved, on your own traces",
+        description=_REPLAY_HELP,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rp.add_argument(
+        "paths", nargs="+", metavar="PATH", help="trace files or directories; - is stdin"
+    )
+    guard = rp.add_argument_group("guard")
+    guard.add_argument(
+        "--window", type=_count, default=12, metavar="N", help="recent calls remembered (12)"
+    )
+    guard.add_argument(
+        "--nudge-at",
+        type=_count,
+        default=2,
+        metavar="N",
+        help="repeats in the window that nudge (2)",
+    )
+    guard.add_argument(
+        "--stop-at", type=_count, default=3, metavar="N", help="repeats in the window that stop (3)"
+    )
+    _add_volatile(guard)
+    money = rp.add_argument_group("money (US dollars per million tokens)")
+    money.add_argument(
+        "--price-in",
+        type=_price,
+        default=cost.DEFAULT_PRICE_IN,
+        metavar="USD",
+        help=f"input tokens ({cost.DEFAULT_PRICE_IN:g})",
+    )
+    money.add_argument(
+        "--price-out",
+        type=_price,
+        default=cost.DEFAULT_PRICE_OUT,
+        metavar="USD",
+        help=f"output tokens ({cost.DEFAULT_PRICE_OUT:g})",
+    )
+    money.add_argument(
+        "--price-cached",
+        type=_price,
+        default=None,
+        metavar="USD",
+        help="input tokens read from a prompt cache (the --price-in price)",
+    )
+    out = rp.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    out.add_argument(
+        "--limit",
+        type=_count,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"runs listed in the table ({DEFAULT_LIMIT}; 0: all)",
+    )
+    out.add_argument("--fail-on-loop", action="store_true", help="exit 1 if any run looped")
+
+    kp = commands.add_parser(
+        "key",
+        help="print the key of one call",
+        description="Prints the canonical key of a call: the first 16 hex digits of SHA-256 "
+        "over its canonical JSON. Calls with equal keys are the same action to the guard.",
+    )
+    kp.add_argument("name", metavar="NAME", help="the tool name")
+    kp.add_argument("arguments", metavar="ARGS_JSON", help="the arguments as JSON; - reads stdin")
+    kp.add_argument(
+        "--canonical", action="store_true", help="also print the canonical JSON that is hashed"
+    )
+    _add_volatile(kp)
+    return parser
+
+
+class _Problems:
+    """Prints problems on stderr as they are found, the first ``PRINTED_PROBLEMS`` of them."""
+
+    def __init__(self, stream: TextIO, bar: progress.Progress | None) -> None:
+        self._stream = stream
+        self._bar = bar
+        self.count = 0
+
+    def __call__(self, problem: Problem) -> None:
+        self.count += 1
+        if self.count > PRINTED_PROBLEMS + 1:
+            return
+        if self._bar is not None:
+            self._bar.clear()
+        if self.count <= PRINTED_PROBLEMS:
+            self._stream.write(f"tripwire: {problem}\n")
+        else:
+            self._stream.write("tripwire: further problems are counted, not listed here\n")
+        self._stream.flush()
+
+
+def _input_size(paths: Sequence[str]) -> int | None:
+    """Bytes on disk to read (``None`` with stdin: unknown), for the progress bar."""
+    if STDIN in paths:
+        return None
+    files: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            files += [os.path.join(root, n) for root, _, names in os.walk(path) for n in names]
+        else:
+            files.append(path)
+    total = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            total += os.path.getsize(path)
+    return total
+
+
+def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    prices = cost.Prices(args.price_in, args.price_out, args.price_cached)
+    settings = Settings(args.window, args.nudge_at, args.stop_at, _volatile(args), prices)
+    try:
+        settings.guard()
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    if args.limit < 0:
+        parser.error("--limit must be 0 or more")
+    stderr = sys.stderr
+    bar: progress.Progress | None = None
+    if stderr.isatty():
+        size = _input_size(args.paths)
+        if size is None or size >= progress.MIN_BYTES:
+            bar = progress.Progress(stderr, size)
+    problems = _Problems(stderr, bar)
+    try:
+        report = replay(
+            args.paths,
+            settings,
+            stdin=sys.stdin.buffer if STDIN in args.paths else None,
+            on_problem=problems,
+            tick=None if bar is None else bar.tick,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    try:
+        if args.json:
+            write_json(report, sys.stdout)
+        else:
+            sys.stdout.write(render(report, limit=args.limit))
+        sys.stdout.flush()
+    finally:
+        report.runs.close()
+    code = EXIT_OK
+    if args.fail_on_loop and report.totals.looped:
+        code |= EXIT_LOOP
+    if report.bad_input:
+        code |= EXIT_BAD_INPUT
+    return code
+
+
+def _key(args: argparse.Namespace) -> int:
+    text = sys.stdin.buffer.read() if args.arguments == STDIN else args.arguments
+    volatile = _volatile(args)
+    try:
+        key = tripwire.call_key_json(args.name, text, volatile_keys=volatile)
+        canonical = (
+            tripwire.canonical_json(args.name, json.loads(text), volatile_keys=volatile)
+            if args.canonical
+            else None
+        )
+    except ValueError as exc:
+        sys.stderr.write(f"tripwire key: ARGS_JSON is not JSON: {exc}\n")
+        return EXIT_USAGE
+    except RecursionError as exc:
+        sys.stderr.write(f"tripwire key: {exc}\n")
+        return EXIT_USAGE
+    sys.stdout.write(key + "\n")
+    if canonical is not None:
+        sys.stdout.write(canonical.decode("utf-8", "replace") + "\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (never raises for bad input)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "key":
+            return _key(args)
+        return _replay(args, parser)
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("tripwire: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        # The reader of our output went away (| head): not an error worth a traceback.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK

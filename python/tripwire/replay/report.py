@@ -1,0 +1,436 @@
+"""Rendering a replay: a table for people, JSON for machines.
+
+The terminal report lists runs (looped ones first, by money saved) and the calls the guard
+stops them on, then the fleet: runs that looped, the share of steps and of money saved (two
+different numbers, because later steps re-send a longer transcript and cost more), and the
+tools the guard stopped runs on: every ``loop_detected`` is a report on a tool. Figures that
+rest on estimated tokens are marked ``~``.
+
+The JSON report (``SCHEMA``, written by ``write_json`` one run a line) has:
+
+* ``settings``: the guard's window, nudge_at, stop_at, volatile_keys; prices (USD per million
+  tokens) and the bytes-per-token figure used for estimates;
+* ``summary``: runs, looped (stopped with ``loop_detected``), nudged, nudged_only, steps,
+  steps_saved and its share, model_calls and model_calls_saved, ``tokens`` (source: ``usage``,
+  ``estimated``, ``mixed``; input, output, cached, and what was saved) and ``cost`` (total,
+  guarded, saved, saved_share), split_runs;
+* ``tools``: per tool the guard stopped or nudged a run on: stops, nudges, steps_saved,
+  cost_saved, worst first;
+* ``runs``: per run: run, file, line (of its first model call), format, part, steps, the
+  first nudge_step and nudges, stop_step, reason, tool, repeats and key of the stopping call,
+  stop_location and stop_call (the call refused, canonical JSON, clipped), steps_saved,
+  model_calls and model_calls_saved, ``tokens`` and ``cost`` as in the summary,
+  invalid_arguments (argument text that was not JSON) and skipped_calls;
+* ``files``: path, formats found, lines, runs, ignored lines, problems, unreadable;
+* ``problems`` (the first 1000: file, line, where, message) and ``problems_total``.
+
+Money is rounded to a millionth of a dollar; shares to six places; nothing else is rounded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterable
+from typing import Any, Final, TextIO
+
+import tripwire
+from tripwire.replay.cost import BYTES_PER_TOKEN, Source
+from tripwire.replay.simulate import Report, RunResult
+
+SCHEMA: Final = "tripwire.replay/1"
+# Runs listed in the terminal table unless asked otherwise.
+DEFAULT_LIMIT: Final = 20
+# Tools listed in the terminal report.
+TOP_TOOLS: Final = 5
+# Looped runs whose stopped call is shown.
+TOP_STOPS: Final = 5
+RUN_NAME_WIDTH: Final = 36
+TOOL_WIDTH: Final = 24
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
+
+
+def _money(value: float) -> float:
+    return round(value, 6)
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def _run_json(run: RunResult) -> dict[str, Any]:
+    return {
+        "run": run.run,
+        "file": run.file,
+        "line": run.line,
+        "format": run.format,
+        "part": run.part,
+        "steps": run.steps,
+        "model_calls": run.turns,
+        "nudge_step": run.nudge_step,
+        "nudges": run.nudges,
+        "stop_step": run.stop_step,
+        "reason": run.reason,
+        "tool": run.tool,
+        "repeats": run.repeats,
+        "key": run.key,
+        "stop_location": run.stop_location,
+        "stop_call": run.stop_call,
+        "steps_saved": run.steps_saved,
+        "model_calls_saved": run.turns_saved,
+        "tokens": {
+            "source": run.tokens_source,
+            "input": run.input_tokens,
+            "output": run.output_tokens,
+            "cached": run.cached_tokens,
+            "input_saved": run.input_tokens_saved,
+            "output_saved": run.output_tokens_saved,
+            "saved": run.tokens_saved,
+        },
+        "cost": {
+            "total": _money(run.cost),
+            "guarded": _money(run.cost_guarded),
+            "saved": _money(run.cost_saved),
+        },
+        "invalid_arguments": run.invalid_arguments,
+        "skipped_calls": run.skipped_calls,
+    }
+
+
+def summary(report: Report) -> dict[str, Any]:
+    """Fleet totals, as in the JSON report's ``summary``."""
+    t = report.totals
+    share = _share(t.steps_saved, t.steps)
+    cost_share = _share(t.cost - t.cost_guarded, t.cost)
+    return {
+        "files": len(report.files),
+        "runs": t.runs,
+        "looped": t.looped,
+        "nudged": t.nudged,
+        "nudged_only": t.nudged_only,
+        "steps": t.steps,
+        "steps_saved": t.steps_saved,
+        "steps_saved_share": None if share is None else round(share, 6),
+        "model_calls": t.turns,
+        "model_calls_saved": t.turns_saved,
+        "tokens": {
+            "source": t.tokens_source,
+            "input": t.input_tokens,
+            "output": t.output_tokens,
+            "cached": t.cached_tokens,
+            "input_saved": t.input_tokens_saved,
+            "output_saved": t.output_tokens_saved,
+            "saved": t.input_tokens_saved + t.output_tokens_saved,
+        },
+        "cost": {
+            "total": _money(t.cost),
+            "guarded": _money(t.cost_guarded),
+            "saved": _money(t.cost - t.cost_guarded),
+            "saved_share": None if cost_share is None else round(cost_share, 6),
+        },
+        "split_runs": report.split_runs,
+    }
+
+
+def _tools(report: Report) -> list[tuple[str, Any]]:
+    """Tools the guard stopped or nudged runs on, worst first."""
+    return sorted(
+        report.tools.items(), key=lambda item: (-item[1].stops, -item[1].cost_saved, item[0])
+    )
+
+
+def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
+    """The whole report as plain JSON data (schema ``SCHEMA``); ``runs=False`` leaves the
+    list of runs empty (``write_json`` streams it instead)."""
+    settings = report.settings
+    prices = settings.prices
+    volatile = (
+        tripwire.DEFAULT_VOLATILE_KEYS if settings.volatile_keys is None else settings.volatile_keys
+    )
+    return {
+        "schema": SCHEMA,
+        "tripwire": {"version": tripwire.__version__, "implementation": tripwire.IMPLEMENTATION},
+        "settings": {
+            "window": settings.window,
+            "nudge_at": settings.nudge_at,
+            "stop_at": settings.stop_at,
+            "volatile_keys": sorted(volatile),
+            "prices": {
+                "unit": "USD per million tokens",
+                "input": prices.input,
+                "output": prices.output,
+                "cached": prices.input if prices.cached is None else prices.cached,
+            },
+            "bytes_per_token": BYTES_PER_TOKEN,
+        },
+        "summary": summary(report),
+        "tools": [
+            {
+                "tool": name,
+                "stops": stats.stops,
+                "nudges": stats.nudges,
+                "steps_saved": stats.steps_saved,
+                "cost_saved": _money(stats.cost_saved),
+            }
+            for name, stats in _tools(report)
+        ],
+        "runs": [_run_json(run) for run in report.runs] if runs else [],
+        "files": [
+            {
+                "path": f.path,
+                "formats": sorted(f.formats),
+                "lines": f.lines,
+                "runs": f.runs,
+                "ignored": f.ignored,
+                "problems": f.problems,
+                "unreadable": f.unreadable,
+            }
+            for f in report.files
+        ],
+        "problems": [
+            {"file": p.path, "line": p.line, "where": p.where, "message": p.message}
+            for p in report.problems
+        ],
+        "problems_total": report.problems_total,
+    }
+
+
+def write_json(report: Report, out: TextIO) -> None:
+    """``to_json(report)`` as indented JSON, one run a line, written run by run so that a
+    fleet of any size needs no second copy of its runs in memory."""
+    data = to_json(report, runs=False)
+    out.write("{\n")
+    last = len(data) - 1
+    for index, (name, value) in enumerate(data.items()):
+        out.write(f"  {json.dumps(name)}: ")
+        if name == "runs":
+            out.write("[")
+            for number, run in enumerate(report.runs):
+                out.write(",\n    " if number else "\n    ")
+                out.write(json.dumps(_run_json(run)))
+            out.write("\n  ]" if report.runs else "]")
+        else:
+            out.write(json.dumps(value, indent=2).replace("\n", "\n  "))
+        out.write(",\n" if index < last else "\n")
+    out.write("}\n")
+
+
+# -- the terminal ---------------------------------------------------------------------------
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _dollars(value: float) -> str:
+    if value == 0:
+        return "$0"
+    if abs(value) < 0.01:
+        return f"${value:.4f}"  # sub-cent runs (estimated ones, often) still compare
+    return f"${value:,.2f}"
+
+
+def _tokens(value: int) -> str:
+    if value < 1000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1000:.1f}k" if value < 10_000 else f"{value // 1000}k"
+    if value < 1_000_000_000:
+        return f"{value / 1e6:.2f}M" if value < 100_000_000 else f"{value / 1e6:.0f}M"
+    return f"{value / 1e9:.2f}B"
+
+
+def _pct(part: float, whole: float) -> str:
+    share = _share(part, whole)
+    return "-" if share is None else f"{share:.0%}"
+
+
+def _clip(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    keep = width - 1
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
+
+
+def _mark(source: Source) -> str:
+    return "~" if source in ("estimated", "mixed") else ""
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _select(runs: Iterable[RunResult], limit: int) -> list[RunResult]:
+    """The runs to list, in one pass: looped runs first, most money saved first; then runs
+    that were nudged; then the rest, in order. At most ``limit`` (0: all)."""
+    looped: list[tuple[float, int, RunResult]] = []
+    nudged: list[RunResult] = []
+    rest: list[RunResult] = []
+    for number, run in enumerate(runs):
+        if run.looped:
+            item = (run.cost_saved, -number, run)
+            if not limit or len(looped) < limit:
+                heapq.heappush(looped, item)
+            elif item[:2] > looped[0][:2]:
+                heapq.heapreplace(looped, item)
+        elif run.nudges:
+            if not limit or len(nudged) < limit:
+                nudged.append(run)
+        elif not limit or len(rest) < limit:
+            rest.append(run)
+    ordered = [run for *_, run in sorted(looped, key=lambda item: item[:2], reverse=True)]
+    ordered += nudged + rest
+    return ordered[:limit] if limit else ordered
+
+
+def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
+    """The terminal report. ``limit``: runs listed in the table (0: all)."""
+    s = summary(report)
+    settings = report.settings
+    out: list[str] = []
+    files = s["files"]
+    out.append(
+        f"tripwire replay: {_n(files, 'file')}, {_n(s['runs'], 'run')}, "
+        f"{_n(s['steps'], 'step')}, {_n(s['model_calls'], 'model call')}"
+    )
+    out.append(
+        f"guard: window {settings.window}, nudge at {settings.nudge_at}, "
+        f"stop at {settings.stop_at} ({tripwire.IMPLEMENTATION} core)"
+    )
+    runs = report.runs
+    if not len(runs):
+        out.append("")
+        out.append("No runs with model calls were found.")
+    else:
+        shown = _select(runs, limit)
+        header = [
+            "RUN", "STEPS", "NUDGE", "STOP", "REASON", "TOOL",
+            "STEPS SAVED", "TOKENS SAVED", "COST", "GUARDED", "SAVED",
+        ]  # fmt: skip
+        rows = [header]
+        for r in shown:
+            mark = _mark(r.tokens_source)
+            name = r.run if r.part == 1 else f"{r.run} (part {r.part})"
+            rows.append(
+                [
+                    _clip(name, RUN_NAME_WIDTH),
+                    f"{r.steps:,}",
+                    "-" if r.nudge_step is None else f"{r.nudge_step:,}",
+                    "-" if r.stop_step is None else f"{r.stop_step:,}",
+                    r.reason or "-",
+                    _clip(r.tool or "-", TOOL_WIDTH),
+                    f"{r.steps_saved:,}",
+                    mark + _tokens(r.tokens_saved),
+                    mark + _dollars(r.cost),
+                    mark + _dollars(r.cost_guarded),
+                    mark + _dollars(r.cost_saved),
+                ]
+            )
+        out.append("")
+        out.extend(_table(rows, right={1, 2, 3, 6, 7, 8, 9, 10}))
+        hidden = len(runs) - len(shown)
+        if hidden:
+            hidden_looped = s["looped"] - sum(1 for r in shown if r.looped)
+            out.append(
+                f"... and {hidden:,} more run{'s' if hidden != 1 else ''}"
+                f" ({hidden_looped:,} looped); --limit 0 lists all, --json gives every figure"
+            )
+        stops = [r for r in shown if r.looped and r.stop_call is not None][:TOP_STOPS]
+        if stops:
+            out.append("")
+            out.append("Where the guard stops them (the call it refuses):")
+            for r in stops:
+                out.append(f"  {_clip(r.run, RUN_NAME_WIDTH)}  {_clip(r.stop_location or '', 90)}")
+                out.append(f"      {r.stop_call}")
+    if len(runs):
+        out.append("")
+        out.extend(_fleet(s))
+    tools = [(name, stats) for name, stats in _tools(report) if stats.stops]
+    if tools:
+        out.append("")
+        out.append("Top offending tools (each loop stop is a report on the tool):")
+        rows = [["  TOOL", "RUNS STOPPED", "NUDGES", "STEPS SAVED", "SAVED"]]
+        mark = _mark(s["tokens"]["source"])
+        for name, stats in tools[:TOP_TOOLS]:
+            rows.append(
+                [
+                    "  " + _clip(name, TOOL_WIDTH),
+                    f"{stats.stops:,}",
+                    f"{stats.nudges:,}",
+                    f"{stats.steps_saved:,}",
+                    mark + _dollars(stats.cost_saved),
+                ]
+            )
+        out.extend(_table(rows, right={1, 2, 3, 4}))
+        if len(tools) > TOP_TOOLS:
+            out.append(f"  ... and {len(tools) - TOP_TOOLS} more")
+    out.append("")
+    out.extend(_notes(report, s))
+    return "\n".join(out) + "\n"
+
+
+def _fleet(s: dict[str, Any]) -> list[str]:
+    tokens = s["tokens"]
+    cost = s["cost"]
+    mark = _mark(tokens["source"])
+    runs = s["runs"]
+    return [
+        "Fleet:",
+        f"  runs         {runs:,}, of which {s['looped']:,} looped ({_pct(s['looped'], runs)})"
+        f" and {s['nudged_only']:,} more {'was' if s['nudged_only'] == 1 else 'were'} nudged"
+        " but not stopped",
+        f"  steps        {s['steps_saved']:,} of {s['steps']:,} saved"
+        f" ({_pct(s['steps_saved'], s['steps'])})",
+        f"  model calls  {s['model_calls_saved']:,} of {s['model_calls']:,} saved"
+        f" ({_pct(s['model_calls_saved'], s['model_calls'])})",
+        f"  tokens       {mark}{_tokens(tokens['saved'])} of"
+        f" {mark}{_tokens(tokens['input'] + tokens['output'])} saved"
+        f" ({_pct(tokens['saved'], tokens['input'] + tokens['output'])})",
+        f"  money        {mark}{_dollars(cost['saved'])} of {mark}{_dollars(cost['total'])} saved"
+        f" ({_pct(cost['saved'], cost['total'])}); {mark}{_dollars(cost['guarded'])}"
+        " spent with the guard",
+    ]
+
+
+_SOURCE_NOTES: Final = {
+    "usage": "tokens from the traces' own usage figures",
+    "estimated": f"~ tokens estimated from transcript size ({BYTES_PER_TOKEN} bytes a token):"
+    " the traces have no usage figures",
+    "mixed": f"~ tokens partly estimated from transcript size ({BYTES_PER_TOKEN} bytes a token)"
+    " where the traces have no usage figures",
+    "none": "no model calls",
+}
+
+
+def _notes(report: Report, s: dict[str, Any]) -> list[str]:
+    prices = report.settings.prices
+    price = f"${prices.input:g}/MTok input, ${prices.output:g}/MTok output"
+    if prices.cached is not None:
+        price += f", ${prices.cached:g}/MTok cached input"
+    notes = [f"Prices: {price}; {_SOURCE_NOTES[s['tokens']['source']]}."]
+    if report.split_runs:
+        notes.append(
+            f"{report.split_runs:,} run{'s' if report.split_runs != 1 else ''} interleaved with"
+            " too many others were replayed in parts, each with a fresh guard."
+        )
+    if report.problems_total:
+        unreadable = sum(1 for f in report.files if f.unreadable)
+        detail = (
+            f", {unreadable} file{'s' if unreadable != 1 else ''} unreadable" if unreadable else ""
+        )
+        notes.append(
+            f"Bad input: {report.problems_total:,} problem"
+            f"{'s' if report.problems_total != 1 else ''} skipped{detail}"
+            " (listed on stderr; --json has them)."
+        )
+    return notes

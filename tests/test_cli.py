@@ -1,0 +1,263 @@
+"""The ``tripwire`` command: in-process through ``main(argv)``, and once as a subprocess."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tripwire
+from tripwire.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "checkout-triage.jsonl"
+SEED_KEY = "20d17ea0860485d4"  # the README's key of the seed's get_logs call
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class _Stdin:
+    """A stand-in for ``sys.stdin`` with a binary ``buffer``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = io.BytesIO(data)
+
+
+def test_replay_example_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["replay", str(EXAMPLE)], capsys)
+    assert (code, err) == (0, "")
+    row = next(line for line in out.splitlines() if line.startswith("checkout-triage "))
+    assert row.split() == [
+        "checkout-triage", "39", "5", "6", "loop_detected", "get_logs", "34", "750k",
+        "$2.68", "$0.31", "$2.37",
+    ]  # fmt: skip
+    assert "34 of 39 saved (87%)" in out
+    assert "$2.37 of $2.68 saved (88%); $0.31 spent with the guard" in out
+    assert f"{EXAMPLE}:6" in out
+    assert "tokens from the traces' own usage figures" in out
+    assert "~" not in out
+
+
+def test_replay_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["replay", "--json", str(EXAMPLE)], capsys)
+    data = json.loads(out)
+    assert code == 0
+    assert data["runs"][0]["stop_step"] == 6
+    assert data["summary"]["cost"]["guarded"] == pytest.approx(0.31, abs=0.005)
+
+
+def test_guard_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        ["replay", "--json", "--stop-at", "4", "--nudge-at", "3", str(EXAMPLE)], capsys
+    )
+    run_ = json.loads(out)["runs"][0]
+    assert (code, run_["nudge_step"], run_["stop_step"], run_["steps_saved"]) == (0, 6, 7, 33)
+    # A volatile key that hides the argument that differs: every get_logs is one action.
+    _, out, _ = run(["replay", "--json", "--volatile-key", "since", str(EXAMPLE)], capsys)
+    assert json.loads(out)["settings"]["volatile_keys"][-1] == "trace_id"
+    assert "since" in json.loads(out)["settings"]["volatile_keys"]
+
+
+def test_prices(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(
+        ["replay", "--json", "--price-in", "0", "--price-out", "0", str(EXAMPLE)], capsys
+    )
+    assert json.loads(out)["summary"]["cost"]["total"] == 0
+
+
+def test_fail_on_loop(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["replay", "--fail-on-loop", str(EXAMPLE)], capsys)[0] == 1
+
+
+def test_healthy_run_exits_zero_with_fail_on_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pages.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"run": "pages", "tool": "list_orders", "args": {"cursor": f"p{n}"}}) + "\n"
+            for n in range(1, 10)
+        )
+    )
+    code, out, _ = run(["replay", "--fail-on-loop", str(path)], capsys)
+    assert code == 0
+    assert "0 looped" in out
+    # No usage in this trace: estimated figures are marked.
+    assert "~" in out and "estimated from transcript size" in out
+
+
+def test_bad_input_exit_code_and_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(EXAMPLE.read_text().replace('"step": 9,', '"step": 9,,', 1))
+    code, out, err = run(["replay", str(bad), str(tmp_path / "nope.jsonl")], capsys)
+    assert code == 4
+    assert f"tripwire: {bad}:9: not JSON" in err
+    assert "nope.jsonl: cannot open" in err
+    assert "Traceback" not in err
+    assert "Bad input: 2 problems skipped, 1 file unreadable" in out
+    assert "checkout-triage" in out  # the rest of the report still comes out
+    code, _, _ = run(["replay", "--fail-on-loop", str(bad)], capsys)
+    assert code == 5
+
+
+def test_many_problems_are_counted_not_all_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "junk.jsonl"
+    path.write_text('{"run": "r", "tool": "t"}\n' + "junk\n" * 50)
+    code, out, err = run(["replay", "--json", str(path)], capsys)
+    assert code == 4
+    assert err.count("not JSON") == 20
+    assert "further problems are counted" in err
+    assert json.loads(out)["problems_total"] == 50
+
+
+def test_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", _Stdin(gzip.compress(EXAMPLE.read_bytes())))
+    code, out, _ = run(["replay", "--json", "-"], capsys)
+    assert code == 0
+    assert json.loads(out)["runs"][0]["file"] == "<stdin>"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["replay"],
+        ["replay", "--window", "x", str(EXAMPLE)],
+        ["replay", "--stop-at", "20", str(EXAMPLE)],
+        ["replay", "--nudge-at", "1", str(EXAMPLE)],
+        ["replay", "--price-in", "-1", str(EXAMPLE)],
+        ["replay", "--price-out", "nan", str(EXAMPLE)],
+        ["replay", "--limit", "-1", str(EXAMPLE)],
+        ["frobnicate"],
+    ],
+)
+def test_bad_usage_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert "Traceback" not in err
+
+
+def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and tripwire.__version__ in out
+    code, out, _ = run(["replay", "--help"], capsys)
+    assert code == 0 and "claude-code" in out and "exit status" in out
+
+
+def test_key(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    args = '{"service": "checkout", "since": "15m", "level": "error"}'
+    assert run(["key", "get_logs", args], capsys) == (0, SEED_KEY + "\n", "")
+    monkeypatch.setattr(
+        sys, "stdin", _Stdin(b'{"level":"error","since":"15m","service":" checkout"}')
+    )
+    assert run(["key", "get_logs", "-"], capsys)[1] == SEED_KEY + "\n"
+    code, out, _ = run(["key", "--canonical", "get_logs", args], capsys)
+    assert code == 0
+    assert out.splitlines()[1] == tripwire.canonical_json("get_logs", json.loads(args)).decode()
+    _, out, _ = run(["key", "--volatile-key", "since", "get_logs", args], capsys)
+    assert out.strip() == tripwire.call_key("get_logs", {"service": "checkout", "level": "error"})
+    _, out, _ = run(["key", "--no-default-volatile", "t", '{"request_id": 1}'], capsys)
+    assert out.strip() == tripwire.call_key("t", {"request_id": 1}, volatile_keys=())
+
+
+def test_key_bad_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["key", "get_logs", "{service: checkout}"], capsys)
+    assert (code, out) == (2, "")
+    assert "not JSON" in err and "Traceback" not in err
+    code, _, err = run(["key", "t", "[" * 300 + "]" * 300], capsys)
+    assert code == 2 and "Traceback" not in err
+
+
+def test_console_script_is_declared() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    module, _, attr = project["scripts"]["tripwire"].partition(":")
+    assert (module, attr) == ("tripwire.cli", "main")
+
+
+def test_python_dash_m_tripwire() -> None:
+    env: dict[str, Any] = {**os.environ}
+    result = subprocess.run(
+        [sys.executable, "-m", "tripwire", "replay", "examples/checkout-triage.jsonl"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "$0.31 spent with the guard" in result.stdout
+    assert result.stderr == ""
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tripwire.replay import progress
+
+    monkeypatch.setattr(progress, "MIN_BYTES", 0)
+    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main(["replay", str(EXAMPLE), str(EXAMPLE)]) == 0
+    drawn = terminal.getvalue()
+    assert "replay [" in drawn and "checkout-triage.jsonl" in drawn
+    assert drawn.endswith("\r\x1b[K")  # erased at the end: nothing left in the scrollback
+
+
+def test_no_progress_bar_when_not_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tripwire.replay import progress
+
+    monkeypatch.setattr(progress, "MIN_BYTES", 0)
+    assert run(["replay", str(EXAMPLE)], capsys)[2] == ""
+
+
+def test_readme_sample_output_is_current(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = "pip install . && tripwire replay examples/checkout-triage.jsonl"
+    assert command in readme.split("## Replay your traces")[0]
+    sample = readme.split("## Replay your traces", 1)[1].split("```text\n", 1)[1]
+    sample = sample.split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(["replay", "examples/checkout-triage.jsonl"], capsys)
+    assert code == 0
+    assert out.replace(f"({tripwire.IMPLEMENTATION} core)", "(native core)") == sample
+
+
+def test_console_script_when_installed() -> None:
+    script = Path(sys.executable).parent / "tripwire"
+    if not script.exists():
+        pytest.skip("the tripwire script is installed by pip install / maturin develop")
+    result = subprocess.run(
+        [str(script), "replay", "--fail-on-loop", "examples/checkout-triage.jsonl"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1  # the example loops
+    assert "$0.31 spent with the guard" in result.stdout

@@ -1,0 +1,945 @@
+"""``tripwire.replay``: every input format, with samples shaped like the real thing, through
+whichever backend ``tripwire`` picked (public API only)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tripwire
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tripwire.replay import Prices, RunResult, Settings, render, replay, to_json, write_json
+from tripwire.replay import simulate as simulate_module
+from tripwire.testing import json_values
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "checkout-triage.jsonl"
+
+LOGS = {"service": "checkout", "since": "15m", "level": "error"}
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def one(report: Any) -> RunResult:
+    runs = list(report.runs)
+    assert len(runs) == 1, runs
+    run: RunResult = runs[0]
+    return run
+
+
+# -- samples ----------------------------------------------------------------------------------
+
+
+def openai_chat() -> list[dict[str, Any]]:
+    """A support agent, OpenAI Chat Completions messages: a parallel turn, then a loop on
+    search_orders with the arguments respelled each time (key order, spacing)."""
+    spellings = [
+        '{"customer_id": "c_981", "status": "open"}',
+        '{"status":"open","customer_id":"c_981"}',
+        '{"customer_id":"c_981",  "status":"open" }',
+        '{"customer_id":"c_981","status":"open"}',
+    ]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a support agent for Acme. Use the tools."},
+        {"role": "user", "content": "Where is my order? I'm customer c_981."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_a1",
+                    "type": "function",
+                    "function": {"name": "get_customer", "arguments": '{"customer_id":"c_981"}'},
+                },
+                {
+                    "id": "call_a2",
+                    "type": "function",
+                    "function": {"name": "list_tickets", "arguments": '{"customer_id":"c_981"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a1", "content": '{"name":"Ada","tier":"gold"}'},
+        {"role": "tool", "tool_call_id": "call_a2", "content": "[]"},
+    ]
+    for i, arguments in enumerate(spellings):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "Let me look up the open orders." if i else None,
+                "tool_calls": [
+                    {
+                        "id": f"call_b{i}",
+                        "type": "function",
+                        "function": {"name": "search_orders", "arguments": arguments},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"call_b{i}", "content": "[]"})
+    messages.append({"role": "assistant", "content": "I could not find any open orders."})
+    return messages
+
+
+def anthropic_conversation() -> dict[str, Any]:
+    """A coding agent, Anthropic Messages: reads a file, edits it, then reads the same file
+    over and over; usage figures on each assistant message, as a logger stores them."""
+    read = {"path": "src/checkout/cart.py"}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Fix the rounding bug in cart.py"}
+    ]
+    calls = [
+        ("read_file", read),
+        ("edit_file", {"path": "src/checkout/cart.py", "old": "round(x)", "new": "round(x, 2)"}),
+        ("run_tests", {"path": "tests/test_cart.py"}),
+        ("read_file", read),
+        ("read_file", {"path": "src/checkout/cart.py "}),
+        ("read_file", read),
+        ("read_file", read),
+    ]
+    for i, (name, args) in enumerate(calls):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me check the file again."},
+                    {"type": "tool_use", "id": f"toolu_0{i}", "name": name, "input": args},
+                ],
+                "usage": {
+                    "input_tokens": 2000 + 600 * i,
+                    "cache_read_input_tokens": 8000,
+                    "output_tokens": 150,
+                },
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_0{i}", "content": "ok"}],
+            }
+        )
+    return {
+        "model": "claude-sonnet-4-5",
+        "system": "You are a careful coding agent.",
+        "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+        "messages": messages,
+    }
+
+
+def responses_items() -> list[dict[str, Any]]:
+    """OpenAI Responses input items of a finished run: reasoning + function_call per response,
+    function_call_output after it; the agent keeps asking for the same weather."""
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": "Should I cycle to work in Paris today?"}
+    ]
+    for i in range(5):
+        items += [
+            {"type": "reasoning", "id": f"rs_{i}", "summary": []},
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": "get_weather",
+                "arguments": '{"city":"Paris","units":"metric"}'
+                if i % 2
+                else '{"units": "metric", "city": "Paris"}',
+                "status": "completed",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{i}",
+                "output": '{"error":"timeout"}',
+            },
+        ]
+    items.append(
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "I could not get the forecast."}],
+        }
+    )
+    return items
+
+
+def claude_code_session(session: str = "3f2a9c1e-7b44-4e0e-9d51-2c8f0e6a1b77") -> list[dict]:
+    """A Claude Code session file: metadata lines, a response split over several lines sharing
+    message.id (thinking, then two parallel tool_use blocks), tool results as user lines, a
+    subagent line, and a loop re-running the same failing test command."""
+    base = {
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/home/dev/shop",
+        "sessionId": session,
+        "version": "2.1.63",
+        "gitBranch": "main",
+    }
+    usage = {
+        "input_tokens": 4,
+        "cache_creation_input_tokens": 1200,
+        "cache_read_input_tokens": 18000,
+        "output_tokens": 210,
+    }
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "file-history-snapshot",
+            "messageId": "u-0",
+            "snapshot": {"trackedFileBackups": {}},
+            "isSnapshotUpdate": False,
+        },
+        {
+            **base,
+            "type": "user",
+            "uuid": "u-0",
+            "parentUuid": None,
+            "message": {"role": "user", "content": "The checkout tests fail, fix them"},
+        },
+    ]
+    # One API response, written as three lines with the same message.id.
+    blocks = [
+        {"type": "thinking", "thinking": "Look at the tests first.", "signature": "EoX..."},
+        {"type": "tool_use", "id": "toolu_01A", "name": "Glob", "input": {"pattern": "tests/**"}},
+        {"type": "tool_use", "id": "toolu_01B", "name": "Read", "input": {"file_path": "a.py"}},
+    ]
+    for j, block in enumerate(blocks):
+        lines.append(
+            {
+                **base,
+                "type": "assistant",
+                "uuid": f"a-1-{j}",
+                "requestId": "req_011",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": "msg_01",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [block],
+                    "stop_reason": None,
+                    "usage": usage,
+                },
+            }
+        )
+    for tool_id in ("toolu_01A", "toolu_01B"):
+        lines.append(
+            {
+                **base,
+                "type": "user",
+                "uuid": f"r-{tool_id}",
+                "message": {
+                    "role": "user",
+                    "content": [{"tool_use_id": tool_id, "type": "tool_result", "content": "x"}],
+                },
+                "toolUseResult": {"stdout": "x"},
+            }
+        )
+    for i in range(6):
+        command = "npm test -- --grep checkout" if i % 2 else "npm  test -- --grep checkout"
+        lines.append(
+            {
+                **base,
+                "type": "assistant",
+                "uuid": f"a-{i + 2}",
+                "requestId": f"req_0{i + 2}",
+                "message": {
+                    "model": "claude-opus-4-6",
+                    "id": f"msg_0{i + 2}",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": f"toolu_0{i + 2}",
+                            "name": "Bash",
+                            "input": {"command": command, "description": "Run checkout tests"},
+                        }
+                    ],
+                    "stop_reason": "tool_use",
+                    "usage": {**usage, "cache_read_input_tokens": 18000 + 900 * i},
+                },
+            }
+        )
+        lines.append(
+            {
+                **base,
+                "type": "user",
+                "uuid": f"r-{i + 2}",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "tool_use_id": f"toolu_0{i + 2}",
+                            "type": "tool_result",
+                            "content": "1 failing",
+                            "is_error": True,
+                        }
+                    ],
+                },
+            }
+        )
+        if i == 0:
+            lines.append(
+                {
+                    **base,
+                    "isSidechain": True,
+                    "agentId": "a1b2",
+                    "type": "assistant",
+                    "uuid": "s-1",
+                    "message": {
+                        "id": "msg_sub1",
+                        "role": "assistant",
+                        "content": [
+                            {"type": "tool_use", "id": "toolu_s1", "name": "Grep", "input": {}}
+                        ],
+                        "usage": {"input_tokens": 900, "output_tokens": 40},
+                    },
+                }
+            )
+    lines.append({"type": "summary", "summary": "Fixing checkout tests", "leafUuid": "a-7"})
+    return lines
+
+
+def codex_rollout(session: str = "0199a1b2-7c3d-7e4f-9a0b-1c2d3e4f5a6b") -> list[dict]:
+    """A Codex CLI rollout: session_meta, turn_context, response_item payloads (reasoning,
+    function_call shell, custom_tool_call apply_patch, outputs) and token_count events after
+    each response; the agent re-runs the same failing test command."""
+    ts = "2026-05-02T17:09:04.407Z"
+    rows: list[dict[str, Any]] = [
+        {
+            "timestamp": ts,
+            "type": "session_meta",
+            "payload": {
+                "id": session,
+                "timestamp": ts,
+                "cwd": "/repo",
+                "originator": "codex_cli_rs",
+                "cli_version": "0.128.0",
+            },
+        },
+        {"timestamp": ts, "type": "turn_context", "payload": {"cwd": "/repo", "model": "gpt-5"}},
+        {
+            "timestamp": ts,
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "make the cart tests pass"}],
+            },
+        },
+        {
+            "timestamp": ts,
+            "type": "event_msg",
+            "payload": {"type": "user_message", "message": "go"},
+        },
+    ]
+    pytest_args = [
+        '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
+        None,  # an apply_patch in between
+        '{"workdir":"/repo","command":["bash","-lc","pytest -q tests/test_cart.py"]}',
+        '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
+        '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
+    ]
+    for i, arguments in enumerate(pytest_args):
+        call_id = f"call_{i:02}"
+        rows.append(
+            {
+                "timestamp": ts,
+                "type": "response_item",
+                "payload": {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA"},
+            }
+        )
+        if arguments is None:
+            call = {
+                "type": "custom_tool_call",
+                "status": "completed",
+                "call_id": call_id,
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n*** Update File: cart.py\n-round(x)\n+round(x, 2)\n",
+            }
+        else:
+            call = {
+                "type": "function_call",
+                "name": "shell",
+                "arguments": arguments,
+                "call_id": call_id,
+            }
+        rows.append({"timestamp": ts, "type": "response_item", "payload": call})
+        last = {
+            "input_tokens": 12000 + 1500 * i,
+            "cached_input_tokens": 9000 + 1500 * i,
+            "output_tokens": 150,
+            "reasoning_output_tokens": 64,
+            "total_tokens": 12150 + 1500 * i,
+        }
+        rows.append(
+            {
+                "timestamp": ts,
+                "type": "event_msg",
+                "payload": {
+                    "type": "token_count",
+                    "info": {"total_token_usage": last, "last_token_usage": last},
+                },
+            }
+        )
+        rows.append(
+            {
+                "timestamp": ts,
+                "type": "event_msg",
+                "payload": {"type": "token_count", "info": None, "rate_limits": {}},
+            }
+        )
+        output_type = "custom_tool_call_output" if arguments is None else "function_call_output"
+        rows.append(
+            {
+                "timestamp": ts,
+                "type": "response_item",
+                "payload": {"type": output_type, "call_id": call_id, "output": "1 failed"},
+            }
+        )
+    return rows
+
+
+def events_two_runs() -> list[dict[str, Any]]:
+    """A fleet log: two runs interleaved, one looping on get_logs (object arguments), one
+    healthy paging through orders; one parallel turn grouped by ``turn``."""
+    rows: list[dict[str, Any]] = []
+    for i in range(10):
+        rows.append(
+            {
+                "run": "triage-7",
+                "tool": "get_logs",
+                "args": LOGS if i % 2 else {**LOGS, "request_id": f"r{i}"},
+                "usage": {"input_tokens": 1000 + 100 * i, "output_tokens": 50},
+            }
+        )
+        rows.append(
+            {
+                "run": "orders-2",
+                "tool": "list_orders",
+                "args": {"cursor": f"p{i + 1}"},
+                "usage": {"prompt_tokens": 800, "completion_tokens": 20},
+            }
+        )
+    rows.append({"run": "orders-2", "turn": 11, "tool": "get_order", "args": '{"id": 1}'})
+    rows.append({"run": "orders-2", "turn": 11, "tool": "get_order", "args": '{"id": 2}'})
+    rows.append(
+        {
+            "run": "orders-2",
+            "turn": 11,
+            "tool": "get_order",
+            "args": '{"id":1}',
+            "usage": {"input_tokens": 900, "output_tokens": 30},
+        }
+    )
+    return rows
+
+
+def healthy_run() -> list[dict[str, Any]]:
+    """Paging p1..p9 through one listing, a re-read after a write, a poll with a changing
+    argument: all progress, nothing to stop."""
+    rows: list[dict[str, Any]] = [
+        {"run": "healthy", "tool": "list_orders", "args": {"status": "open", "cursor": f"p{n}"}}
+        for n in range(1, 10)
+    ]
+    rows += [
+        {"run": "healthy", "tool": "read_file", "args": {"path": "config.yaml"}},
+        {"run": "healthy", "tool": "write_file", "args": {"path": "config.yaml", "text": "a: 1"}},
+        {"run": "healthy", "tool": "read_file", "args": {"path": "config.yaml"}},
+        {"run": "healthy", "tool": "get_build", "args": {"id": 77, "after": "2026-03-02T02:00"}},
+        {"run": "healthy", "tool": "get_build", "args": {"id": 77, "after": "2026-03-02T02:05"}},
+    ]
+    return rows
+
+
+# -- the example -------------------------------------------------------------------------------
+
+
+def test_example_is_the_seed_run() -> None:
+    report = replay([str(EXAMPLE)])
+    run = one(report)
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 6, 34)
+    assert (run.reason, run.tool, run.repeats) == ("loop_detected", "get_logs", 3)
+    assert run.tokens_source == "usage"
+    assert round(run.cost, 2) == 2.68
+    assert round(run.cost_guarded, 2) == 0.31
+    # The seed: the money saved is a larger share than the steps saved.
+    assert run.cost_saved / run.cost > run.steps_saved / run.steps
+    assert run.stop_location == f"{EXAMPLE}:6"
+    assert run.stop_call == 'get_logs {"level":"error","service":"checkout","since":"15m"}'
+    assert report.problems_total == 0
+    assert report.files[0].ignored == 1  # step 40: the budget's own entry, not a call
+
+
+def test_example_input_grows_every_step() -> None:
+    rows = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    inputs = [row["usage"]["input_tokens"] for row in rows if "usage" in row]
+    assert len(inputs) == 39
+    assert all(b > a for a, b in itertools.pairwise(inputs))
+
+
+def test_prices_are_configurable() -> None:
+    settings = Settings(prices=Prices(input=1.0, output=5.0))
+    run = one(replay([str(EXAMPLE)], settings))
+    tokens_in = run.input_tokens
+    assert run.cost == pytest.approx((tokens_in * 1.0 + run.output_tokens * 5.0) / 1e6)
+
+
+# -- each format ----------------------------------------------------------------------------
+
+
+def test_openai_chat(tmp_path: Path) -> None:
+    path = tmp_path / "support.json"
+    path.write_text(json.dumps(openai_chat(), indent=2))
+    run = one(replay([str(path)]))
+    assert run.format == "openai-chat"
+    # Steps 1-2: the parallel turn; 3, 4 (nudge), 5 (stop): search_orders respelled.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (6, 4, 5, 2)
+    assert run.tool == "search_orders"
+    # Six model calls; the stopping one was made; the 5th search and the final answer saved.
+    assert (run.turns, run.turns_saved) == (6, 2)
+    assert run.tokens_source == "estimated"
+    assert run.cost_saved > 0
+
+
+def test_openai_chat_parallel_duplicates_count_once(tmp_path: Path) -> None:
+    call = {"type": "function", "function": {"name": "get_quote", "arguments": '{"sku":"A1"}'}}
+    messages = [{"role": "user", "content": "price of A1?"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "tool_calls": [{**call, "id": f"c{i}a"}] * 2})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}a", "content": "9.99"})
+    path = tmp_path / "dup.json"
+    path.write_text(json.dumps({"messages": messages}))
+    run = one(replay([str(path)]))
+    # Identical calls within a turn are one action: three turns, three steps, stop at the third.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (3, 2, 3, 1)
+
+
+def test_anthropic(tmp_path: Path) -> None:
+    path = tmp_path / "coder.json"
+    path.write_text(json.dumps(anthropic_conversation()))
+    run = one(replay([str(path)]))
+    assert run.format == "anthropic"
+    # read(1) edit(2) test(3) read(4: nudge, the 2nd read in the window) read(5: stop)
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 4, 5, 3)
+    assert run.tool == "read_file"
+    assert run.tokens_source == "usage"
+    # Anthropic input = input_tokens + cache reads; the cache is priced as input by default.
+    assert run.input_tokens == sum(2000 + 600 * i + 8000 for i in range(7))
+    assert run.cached_tokens == 7 * 8000
+    assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (5, 6))
+    cheap_cache = one(replay([str(path)], Settings(prices=Prices(cached=0.3))))
+    assert cheap_cache.cost < run.cost
+
+
+def test_openai_responses(tmp_path: Path) -> None:
+    path = tmp_path / "weather.json"
+    path.write_text(json.dumps(responses_items()))
+    run = one(replay([str(path)]))
+    assert run.format == "openai-responses"
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (5, 2, 3, 3)
+    assert run.tool == "get_weather"
+    # 5 responses with a call, one final message: 6 model calls, 3 after the stopping one.
+    assert (run.turns, run.turns_saved) == (6, 3)
+
+
+def test_responses_object_with_usage(tmp_path: Path) -> None:
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        ],
+        "usage": {
+            "input_tokens": 5000,
+            "input_tokens_details": {"cached_tokens": 4000},
+            "output_tokens": 100,
+        },
+    }
+    path = tmp_path / "resp.json"
+    path.write_text(json.dumps(response))
+    run = one(replay([str(path)]))
+    assert (run.steps, run.turns, run.input_tokens, run.cached_tokens) == (2, 1, 5000, 4000)
+    assert run.tokens_source == "usage"
+
+
+def test_claude_code_session(tmp_path: Path) -> None:
+    session = "3f2a9c1e-7b44-4e0e-9d51-2c8f0e6a1b77"
+    path = write_jsonl(tmp_path / f"{session}.jsonl", claude_code_session(session))
+    report = replay([str(path)])
+    assert report.problems_total == 0
+    runs = {run.run: run for run in report.runs}
+    main = runs[session]
+    assert main.format == "claude-code"
+    # The split response is one turn with two steps (Glob, Read); then Bash x6, whose
+    # spellings differ only in whitespace: steps 3, 4 (nudge), 5 (stop).
+    assert (main.turns, main.steps) == (7, 8)
+    assert (main.nudge_step, main.stop_step, main.steps_saved, main.tool) == (4, 5, 4, "Bash")
+    # Usage of the split response is counted once: input = 4 + 1200 + 18000.
+    first_turn_input = 4 + 1200 + 18000
+    assert main.input_tokens == first_turn_input + sum(19204 + 900 * i for i in range(6))
+    assert main.tokens_source == "usage"
+    sub = runs[f"{session}/agent-a1b2"]
+    assert (sub.steps, sub.stop_step) == (1, None)
+
+
+def test_codex_rollout(tmp_path: Path) -> None:
+    session = "0199a1b2-7c3d-7e4f-9a0b-1c2d3e4f5a6b"
+    path = write_jsonl(tmp_path / f"rollout-2026-05-02T17-09-04-{session}.jsonl", codex_rollout())
+    report = replay([str(path)])
+    assert report.problems_total == 0
+    run = one(report)
+    assert (run.run, run.format) == (session, "codex")
+    # shell(1) apply_patch(2) shell(3: nudge) shell(4: stop) shell(5)
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (5, 3, 4, 2)
+    assert run.tool == "shell"
+    assert run.tokens_source == "usage"
+    assert (run.turns, run.turns_saved) == (5, 1)
+    assert run.input_tokens == sum(12000 + 1500 * i for i in range(5))
+    assert run.cached_tokens == sum(9000 + 1500 * i for i in range(5))
+
+
+def test_events_interleaved_runs_and_parallel_turn(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "fleet.jsonl", events_two_runs())
+    report = replay([str(path)])
+    runs = {run.run: run for run in report.runs}
+    triage, orders = runs["triage-7"], runs["orders-2"]
+    # request_id is volatile: every get_logs call is the same action.
+    assert (triage.steps, triage.nudge_step, triage.stop_step, triage.steps_saved) == (
+        10,
+        2,
+        3,
+        8,
+    )
+    assert triage.stop_location == f"{path}:5"
+    # Paging is progress; the parallel turn's duplicate get_order counts once.
+    assert (orders.steps, orders.turns, orders.stop_step, orders.nudges) == (12, 11, None, 0)
+    assert orders.tokens_source == "usage"
+    assert orders.input_tokens == 10 * 800 + 900
+    assert [run.run for run in report.runs] == ["triage-7", "orders-2"]
+
+
+def test_healthy_run_is_not_stopped(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "healthy.jsonl", healthy_run())
+    run = one(replay([str(path)]))
+    assert run.steps == 14
+    assert (run.stop_step, run.reason, run.steps_saved, run.turns_saved) == (None, None, 0, 0)
+    assert run.cost_saved == 0
+    assert run.tokens_source == "estimated"
+
+
+def test_jsonl_conversation_per_line(tmp_path: Path) -> None:
+    """Fine-tuning / eval style: one whole conversation a line, each a run."""
+    rows = [
+        {"id": "conv-1", "messages": openai_chat()},
+        {"id": "conv-2", "messages": openai_chat()[:5]},
+    ]
+    path = write_jsonl(tmp_path / "evals.jsonl", rows)
+    report = replay([str(path)])
+    runs = {run.run: run for run in report.runs}
+    assert runs["conv-1"].stop_step == 5
+    assert (runs["conv-2"].steps, runs["conv-2"].stop_step) == (2, None)
+
+
+def test_jsonl_message_per_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "transcript.jsonl", openai_chat())
+    run = one(replay([str(path)]))
+    assert (run.run, run.stop_step, run.steps) == (str(path), 5, 6)
+
+
+def test_invalid_json_arguments_repeated_are_a_loop(tmp_path: Path) -> None:
+    rows = [{"run": "r", "tool": "lookup", "args": '{"q": "refund policy"'} for _ in range(4)]
+    path = write_jsonl(tmp_path / "broken.jsonl", rows)
+    run = one(replay([str(path)]))
+    assert (run.stop_step, run.invalid_arguments) == (3, 3)
+
+
+def test_parallel_turn_with_invalid_json(tmp_path: Path) -> None:
+    call = {"type": "function", "function": {"name": "f", "arguments": "{oops"}}
+    messages = [{"role": "user", "content": "go"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "tool_calls": [{**call, "id": f"x{i}"}] * 2})
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(messages))
+    run = one(replay([str(path)]))
+    assert (run.steps, run.stop_step) == (3, 3)
+
+
+# -- containers: gz, stdin, directories -------------------------------------------------------
+
+
+def test_gzip_file(tmp_path: Path) -> None:
+    path = tmp_path / "triage.jsonl.gz"
+    path.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
+    run = one(replay([str(path)]))
+    assert (run.stop_step, run.steps_saved) == (6, 34)
+
+
+def test_gzip_json_document_without_suffix(tmp_path: Path) -> None:
+    path = tmp_path / "chat.bin"
+    path.write_bytes(gzip.compress(json.dumps(openai_chat(), indent=1).encode()))
+    assert one(replay([str(path)])).stop_step == 5
+
+
+def test_stdin(tmp_path: Path) -> None:
+    report = replay(["-"], stdin=io.BytesIO(EXAMPLE.read_bytes()))
+    run = one(report)
+    assert (run.file, run.stop_step) == ("<stdin>", 6)
+
+
+def test_stdin_gzip() -> None:
+    report = replay(["-"], stdin=io.BytesIO(gzip.compress(EXAMPLE.read_bytes())))
+    assert one(report).steps_saved == 34
+
+
+def test_directory(tmp_path: Path) -> None:
+    project = tmp_path / "projects" / "-home-dev-shop"
+    project.mkdir(parents=True)
+    write_jsonl(project / "s1.jsonl", claude_code_session("s1"))
+    write_jsonl(project / "s2.jsonl", claude_code_session("s2"))
+    (project / "notes.txt").write_text("not a trace")
+    report = replay([str(tmp_path / "projects")])
+    assert len(report.files) == 2
+    assert sorted(r.run for r in report.runs if r.looped) == ["s1", "s2"]
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_malformed_lines_are_reported_and_skipped(tmp_path: Path) -> None:
+    good = [json.dumps({"run": "r", "tool": "get_logs", "args": LOGS})] * 3
+    lines = [
+        good[0],
+        '{"run": "r", "tool": "get_logs", "args": ',  # 2: truncated
+        "not json at all",  # 3
+        '{"hello": "world"}',  # 4: JSON of no known shape
+        '{"run": "r", "tool": 5}',  # 5: tool is not a name
+        good[1],
+        '{"run": "r", "tool": "x", "args": {}, "usage": {"input_tokens": "many"}}',  # 7
+        "",
+        good[2],
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    seen: list[str] = []
+    report = replay([str(path)], on_problem=lambda p: seen.append(str(p)))
+    assert report.problems_total == 5
+    assert [p.line for p in report.problems] == [2, 3, 4, 5, 7]
+    assert all(s.startswith(f"{path}:") for s in seen)
+    run = one(report)
+    # The good lines still count: get_logs x3 (x at 7 in between) -> stop at the 4th step.
+    assert (run.steps, run.stop_step) == (4, 4)
+
+
+def test_bad_files_do_not_stop_the_report(tmp_path: Path) -> None:
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(gzip.compress(EXAMPLE.read_bytes())[:-40])
+    broken = tmp_path / "broken.json"
+    broken.write_text('{\n  "messages": [\n    {"role": "user", "content": "hi"},\n  oops\n')
+    binary = tmp_path / "blob.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage\n\x80\x81\n")
+    scalar = tmp_path / "number.json"
+    scalar.write_text("42\n")
+    missing = tmp_path / "missing.jsonl"
+    report = replay([str(p) for p in (truncated, broken, binary, scalar, missing, EXAMPLE)])
+    by_file = {p.path: p for p in report.problems}
+    assert "corrupt or truncated" in by_file[str(truncated)].message
+    assert by_file[str(broken)].line == 4
+    assert "not UTF-8" in by_file[str(binary)].message
+    assert "not a trace line" in by_file[str(scalar)].message
+    assert "cannot open" in by_file[str(missing)].message
+    # The truncated file's readable part is replayed, and the good file is whole.
+    files = {run.file: run for run in report.runs}
+    assert files[str(EXAMPLE)].steps_saved == 34
+    assert files[str(truncated)].stop_step == 6
+
+
+def test_deeply_nested_arguments_are_skipped(tmp_path: Path) -> None:
+    deep: Any = "x"
+    for _ in range(300):
+        deep = {"a": deep}
+    rows = [{"run": "r", "tool": "get_logs", "args": LOGS}, {"run": "r", "tool": "t", "args": deep}]
+    rows += [{"run": "r", "tool": "get_logs", "args": LOGS}] * 2
+    path = tmp_path / "deep.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = replay([str(path)])
+    run = one(report)
+    assert (run.skipped_calls, run.steps, run.stop_step) == (1, 3, 3)
+    assert report.problems[0].line == 2
+
+
+def test_unrecognised_document(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"name": "x", "version": 2}, indent=2))
+    report = replay([str(path)])
+    assert len(report.runs) == 0 and report.problems_total == 1
+    assert "not a recognised trace" in report.problems[0].message
+
+
+# -- the JSON report ---------------------------------------------------------------------------
+
+
+def test_json_report_schema() -> None:
+    data = to_json(replay([str(EXAMPLE)]))
+    json.dumps(data)  # plain JSON data
+    assert data["schema"] == "tripwire.replay/1"
+    assert data["tripwire"]["implementation"] == tripwire.IMPLEMENTATION
+    assert set(data) == {
+        "schema", "tripwire", "settings", "summary", "tools", "runs", "files", "problems",
+        "problems_total",
+    }  # fmt: skip
+    summary = data["summary"]
+    assert summary["runs"] == summary["looped"] == 1
+    assert (summary["steps"], summary["steps_saved"]) == (39, 34)
+    assert (summary["model_calls"], summary["model_calls_saved"]) == (39, 33)
+    assert summary["cost"]["total"] == pytest.approx(2.68, abs=0.005)
+    assert summary["cost"]["guarded"] == pytest.approx(0.31, abs=0.005)
+    assert summary["cost"]["saved_share"] > summary["steps_saved_share"]
+    assert summary["tokens"]["source"] == "usage"
+    assert data["tools"] == [
+        {
+            "tool": "get_logs",
+            "stops": 1,
+            "nudges": 1,
+            "steps_saved": 34,
+            "cost_saved": summary["cost"]["saved"],
+        }
+    ]
+    run = data["runs"][0]
+    assert {k: run[k] for k in ("steps", "nudge_step", "stop_step", "steps_saved")} == {
+        "steps": 39,
+        "nudge_step": 5,
+        "stop_step": 6,
+        "steps_saved": 34,
+    }
+    assert set(run["tokens"]) == {
+        "source", "input", "output", "cached", "input_saved", "output_saved", "saved",
+    }  # fmt: skip
+    assert set(run["cost"]) == {"total", "guarded", "saved"}
+    assert data["files"][0]["formats"] == ["events"]
+
+
+def test_open_runs_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulate_module, "MAX_OPEN_RUNS", 2)
+    rows = [{"run": f"r{i % 3}", "tool": "t", "args": {"i": i // 3}} for i in range(9)]
+    path = write_jsonl(tmp_path / "many.jsonl", rows)
+    report = replay([str(path)])
+    assert report.split_runs > 0
+    assert sum(run.steps for run in report.runs) == 9
+
+
+def test_finished_runs_spill_to_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulate_module, "SPILL_AFTER", 3)
+    monkeypatch.setattr(simulate_module, "CHUNK", 2)
+    rows = [{"run": f"r{i}", "tool": "t", "args": {}} for i in range(11)]
+    rows += [{"run": "loop", "tool": "t", "args": {}}] * 3
+    path = write_jsonl(tmp_path / "many.jsonl", rows)
+    report = replay([str(path)])
+    assert report.runs.spilled
+    names = [run.run for run in report.runs]
+    assert names == [f"r{i}" for i in range(11)] + ["loop"]
+    assert [run.run for run in report.runs] == names  # iterable again
+    assert (report.totals.runs, report.totals.looped, report.totals.steps) == (12, 1, 14)
+    data = to_json(report)
+    assert [run["run"] for run in data["runs"]] == names
+    report.runs.close()
+
+
+def test_write_json_is_to_json(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "fleet.jsonl", events_two_runs())
+    for paths in ([str(path), str(EXAMPLE)], [str(tmp_path / "missing.jsonl")]):
+        report = replay(paths)
+        out = io.StringIO()
+        write_json(report, out)
+        assert json.loads(out.getvalue()) == json.loads(json.dumps(to_json(report)))
+
+
+def test_detection_of_json_and_jsonl(tmp_path: Path) -> None:
+    # A pretty-printed document whose second line is a JSON value on its own.
+    pretty = tmp_path / "one.txt"
+    pretty.write_text('[\n  {"role": "assistant", "tool_calls": []}\n]\n')
+    assert replay([str(pretty)]).problems_total == 0
+    # A JSONL file whose first line is broken is still JSONL: one bad line, the rest replayed.
+    jsonl = tmp_path / "events.log"
+    jsonl.write_text("{broken\n" + EXAMPLE.read_text())
+    report = replay([str(jsonl)])
+    assert [p.line for p in report.problems] == [1]
+    assert one(report).stop_step == 6
+    # A list of message lists: one run each.
+    lists = tmp_path / "many.json"
+    lists.write_text(json.dumps([openai_chat(), openai_chat()]))
+    assert [r.stop_step for r in replay([str(lists)]).runs] == [5, 5]
+
+
+def test_events_field_aliases_and_custom_tools(tmp_path: Path) -> None:
+    rows = [{"run_id": 7, "tool": "t", "input": {"q": 1}} for _ in range(3)]
+    path = write_jsonl(tmp_path / "aliases.jsonl", rows)
+    run = one(replay([str(path)]))
+    assert (run.run, run.stop_step) == ("7", 3)
+    custom = {"type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin Patch"}}
+    messages = [{"role": "assistant", "tool_calls": [{**custom, "id": f"c{i}"}]} for i in range(3)]
+    path = tmp_path / "custom.json"
+    path.write_text(json.dumps(messages))
+    run = one(replay([str(path)]))
+    assert (run.tool, run.stop_step) == ("apply_patch", 3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lines=st.lists(
+        st.one_of(
+            json_values(max_leaves=12).map(json.dumps),
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["assistant", "message", "function_call", "user"])},
+                optional={
+                    "role": st.sampled_from(["assistant", "user", "tool"]),
+                    "content": json_values(max_leaves=6),
+                    "tool_calls": json_values(max_leaves=6),
+                    "message": json_values(max_leaves=6),
+                    "sessionId": st.just("s"),
+                    "name": json_values(max_leaves=2),
+                    "arguments": json_values(max_leaves=4),
+                },
+            ).map(json.dumps),
+            st.fixed_dictionaries(
+                {"tool": json_values(max_leaves=2)},
+                optional={
+                    "run": json_values(max_leaves=2),
+                    "args": json_values(max_leaves=6),
+                    "usage": json_values(max_leaves=4),
+                    "turn": json_values(max_leaves=2),
+                },
+            ).map(json.dumps),
+            st.text(max_size=40),
+        ),
+        max_size=12,
+    ),
+    as_document=st.booleans(),
+)
+def test_no_input_raises(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[str], as_document: bool
+) -> None:
+    """Whatever the file holds, the replay reports and never raises."""
+    path = tmp_path_factory.mktemp("fuzz") / "trace"
+    if as_document:
+        text = "[\n" + ",\n".join(line for line in lines if _is_json(line)) + "\n]\n"
+    else:
+        text = "\n".join(lines) + "\n"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    report = replay([str(path)])
+    to_json(report)
+    render(report)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
