@@ -220,12 +220,20 @@ struct Entry<'py> {
     value: Bound<'py, PyAny>,
 }
 
+/// A corner handed to Python: where its JSON text goes, the normalised value, and how deep
+/// in the arguments it was found.
+struct Deferred<'py> {
+    at: usize,
+    value: Bound<'py, PyAny>,
+    depth: usize,
+}
+
 /// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
 struct Walker<'a, 'py> {
     py: Python<'py>,
     volatile: &'a VolatileKeys,
     out: Vec<u8>,
-    deferred: Vec<(usize, Bound<'py, PyAny>)>,
+    deferred: Vec<Deferred<'py>>,
 }
 
 impl<'py> Walker<'_, 'py> {
@@ -271,7 +279,11 @@ impl<'py> Walker<'_, 'py> {
         } else {
             // Beyond 64 bits: Python writes it (and raises past its digit limit, at the same
             // point in the sequence of errors as the reference's json.dumps does).
-            self.deferred.push((self.out.len(), obj.clone()));
+            self.deferred.push(Deferred {
+                at: self.out.len(),
+                value: obj.clone(),
+                depth: 0,
+            });
         }
     }
 
@@ -358,7 +370,11 @@ impl<'py> Walker<'_, 'py> {
             self.volatile.set.bind(self.py),
             depth,
         ))?;
-        self.deferred.push((self.out.len(), normalised));
+        self.deferred.push(Deferred {
+            at: self.out.len(),
+            value: normalised,
+            depth,
+        });
         Ok(())
     }
 
@@ -370,9 +386,12 @@ impl<'py> Walker<'_, 'py> {
         let dumps = helpers(self.py)?.dumps_normalised.bind(self.py);
         let mut spliced = Vec::with_capacity(self.out.len() + 16 * self.deferred.len());
         let mut copied = 0;
-        for (at, value) in &self.deferred {
+        for Deferred { at, value, depth } in &self.deferred {
             spliced.extend_from_slice(&self.out[copied..*at]);
-            let text = dumps.call1((value,))?;
+            // As deep as the reference's json.dumps meets it: inside `depth` containers and
+            // the call's own {"tool", "args"} object (it matters where a tuple, which is not
+            // normalised, nests deep enough to reach Python's recursion limit).
+            let text = dumps.call1((value, depth + 1))?;
             // json.dumps with ensure_ascii returns ASCII, so the str's bytes are the UTF-8.
             spliced.extend_from_slice(text.cast_into::<PyString>()?.to_str()?.as_bytes());
             copied = *at;

@@ -598,7 +598,7 @@ impl Guard {
     ) -> PyResult<Prepared<'py>> {
         let call_id = call_id_arg(call_id)?;
         let key = canonical_key(py, name, args, &self.volatile)?;
-        let name = name.cast::<PyString>()?.clone();
+        let name = exact_str(name.cast::<PyString>()?)?;
         let name_bytes = name_bytes(&name)?;
         let rule = self.spec_of(&name_bytes).map(|s| s.rule);
         Ok(Prepared {
@@ -629,7 +629,7 @@ impl Guard {
             ),
             Err(err) => return Err(err),
         };
-        let name = name.cast::<PyString>()?.clone();
+        let name = exact_str(name.cast::<PyString>()?)?;
         let name_bytes = name_bytes(&name)?;
         let rule = self.spec_of(&name_bytes).map(|s| s.rule);
         Ok(Prepared {
@@ -729,6 +729,20 @@ fn names_of(py: Python<'_>, state: &State, ids: &[u32]) -> Vec<Py<PyString>> {
         .collect()
 }
 
+/// The characters of a str as an exact str (the same object if it is one): a str subclass
+/// could override how it hashes, compares or formats, and the verdict should not carry that.
+fn exact_str<'py>(text: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyString>> {
+    if text.is_exact_instance_of::<PyString>() {
+        return Ok(text.clone());
+    }
+    // SAFETY: `text` is a str; PyUnicode_FromObject returns a new reference to an exact
+    // copy of its characters (calling no method of the subclass), or NULL with an error set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(text.py(), pyo3::ffi::PyUnicode_FromObject(text.as_ptr()))
+            .map(|copy| copy.cast_into_unchecked::<PyString>())
+    }
+}
+
 fn parse_digest(hex: &str) -> PyResult<Key> {
     crate::key::parse_key_hex(hex).ok_or_else(|| PyValueError::new_err("malformed result digest"))
 }
@@ -740,7 +754,7 @@ fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
         Some(obj) => match obj.cast::<PyString>() {
             Ok(text) => Ok(Some(CallId {
                 bytes: wtf8_of(text)?,
-                object: text.clone().unbind(),
+                object: exact_str(text)?.unbind(),
             })),
             Err(_) => Err(PyTypeError::new_err(format!(
                 "call_id must be a str or None, not {}",

@@ -221,7 +221,7 @@ pub fn json_key(
     volatile: &VolatileKeys,
 ) -> PyResult<Key> {
     let name = check_name(name)?;
-    if !volatile.only_exact_str() {
+    if !volatile.only_exact_str() || !is_exact_text(text) {
         return reference_json_key(py, name, text, volatile);
     }
     let parsed = JsonText::from_py(py, text)?;
@@ -291,7 +291,21 @@ struct Pending<'py> {
     call: (Py<PyString>, Py<PyAny>),
 }
 
+/// Exact `str`, `bytes` or `bytearray`: text whose characters are all there is to it. A
+/// subclass may override what `json.loads` calls (`startswith`, `decode`, `__len__`), so
+/// only the reference can treat it as `json.loads` does.
+fn is_exact_text(text: &Bound<'_, PyAny>) -> bool {
+    text.is_exact_instance_of::<PyString>()
+        || text.is_exact_instance_of::<PyBytes>()
+        || text.is_exact_instance_of::<PyByteArray>()
+}
+
+/// Notes which call of the batch an error came from, on an `Exception` (as the reference
+/// does: an interrupt is not about a call, and passes through untouched).
 fn add_note(py: Python<'_>, err: PyErr, index: usize) -> PyErr {
+    if !err.is_instance_of::<pyo3::exceptions::PyException>(py) {
+        return err;
+    }
     let note = format!("in call {index} of call_keys()");
     // If the note cannot be added the error itself is still the one to raise.
     let _ = err.value(py).call_method1("add_note", (note,));
@@ -423,7 +437,7 @@ fn read_call<'py>(
     let is_text = args.is_instance_of::<PyString>()
         || args.is_instance_of::<PyBytes>()
         || args.is_instance_of::<PyByteArray>();
-    if is_text && volatile.only_exact_str() {
+    if is_text && volatile.only_exact_str() && is_exact_text(&args) {
         let name = check_name(&name)?;
         let text = JsonText::from_py(py, &args)?;
         let bytes = text.bytes.len();

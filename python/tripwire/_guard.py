@@ -459,10 +459,10 @@ class Guard:
 
     def check(self, name: str, args: Any, /, *, call_id: str | None = None) -> Verdict:
         """The verdict on one call, before it is dispatched."""
-        _check_call_id(call_id)
+        call_id = _check_call_id(call_id)
         key = call_key(name, args, volatile_keys=self._volatile)
         with self._locked():
-            return self._decide(name, key, call_id)
+            return self._decide(_exact(name), key, call_id)
 
     def check_json(
         self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None
@@ -472,7 +472,7 @@ class Guard:
         Text that is not valid JSON does not raise: the raw text, whitespace collapsed, keys
         the call (a model that keeps sending the same broken arguments is looping too), and
         ``Verdict.invalid_arguments`` says what is wrong with it."""
-        _check_call_id(call_id)
+        call_id = _check_call_id(call_id)
         invalid: str | None = None
         try:
             key = call_key_json(name, text, volatile_keys=self._volatile)
@@ -480,7 +480,7 @@ class Guard:
             key = invalid_json_key(name, text)
             invalid = str(exc)
         with self._locked():
-            return self._decide(name, key, call_id, invalid)
+            return self._decide(_exact(name), key, call_id, invalid)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
@@ -493,8 +493,9 @@ class Guard:
         prepared: list[tuple[str, str, str | None]] = []
         for index, call in enumerate(calls):
             name, args, call_id = _unpack_call(index, call)
-            _check_call_id(call_id)
-            prepared.append((name, call_key(name, args, volatile_keys=self._volatile), call_id))
+            call_id = _check_call_id(call_id)
+            key = call_key(name, args, volatile_keys=self._volatile)
+            prepared.append((_exact(name), key, call_id))
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
         with self._locked():
@@ -714,9 +715,17 @@ class Guard:
         )
 
 
-def _check_call_id(call_id: object) -> None:
+def _check_call_id(call_id: object) -> str | None:
     if call_id is not None and not isinstance(call_id, str):
         raise TypeError(f"call_id must be a str or None, not {type(call_id).__name__}")
+    return None if call_id is None else _exact(call_id)
+
+
+def _exact(text: str) -> str:
+    """The characters of a str, as an exact str: the guard hashes and compares tool names
+    and call ids, and formats them into messages, and a str subclass could override each of
+    those (and raise, or lie). ``str.__str__`` copies without calling any override."""
+    return text if type(text) is str else str.__str__(text)
 
 
 def _unpack_call(index: int, call: Sequence[Any]) -> tuple[str, Any, str | None]:

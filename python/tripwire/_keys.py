@@ -65,9 +65,15 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
     return value
 
 
-def dumps_normalised(value: Any) -> str:
-    """JSON text of an already normalised value, as the key contract writes it."""
-    return _dumps(value)
+def dumps_normalised(value: Any, depth: int = 0) -> str:
+    """JSON text of an already normalised value, as the key contract writes it, written as
+    if ``depth`` containers deep: json.dumps then reaches Python's recursion limit (possible
+    in a deep tuple, which is not normalised) exactly where it would writing the whole."""
+    if depth == 0:
+        return _dumps(value)
+    for _ in range(depth):
+        value = [value]
+    return _dumps(value)[depth:-depth]
 
 
 def check_name(name: object) -> str:
