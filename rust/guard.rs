@@ -9,6 +9,7 @@
 //! not happen while the caller holds the guard's lock.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::key::Key;
 
@@ -203,6 +204,33 @@ struct Entry {
     empty: bool,
 }
 
+/// FNV-1a, for maps keyed by short byte strings (tool names) that are looked up on every
+/// check: much cheaper than the default SipHash, and these keys come from the harness's own
+/// tool list, not from an adversary.
+#[derive(Default)]
+pub struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut hash = if self.0 == 0 {
+            0xcbf29ce484222325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x100000001b3);
+        }
+        self.0 = hash;
+    }
+}
+
+/// A map keyed by tool names.
+pub type NameMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<Fnv>>;
+
 /// One run's state. Nothing is allocated until the first call.
 pub struct RunState<V, R, N> {
     window: VecDeque<Entry>,
@@ -215,7 +243,7 @@ pub struct RunState<V, R, N> {
     /// Checks of each poll tool's call so far this run (not only in the window).
     polls: HashMap<Key, u32>,
     /// Tool names seen this run, by id: entries hold ids, messages need names.
-    tool_ids: HashMap<Box<[u8]>, u32>,
+    tool_ids: NameMap<u32>,
     tool_names: Vec<N>,
 }
 
@@ -230,7 +258,7 @@ impl<V, R, N> Default for RunState<V, R, N> {
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
             polls: HashMap::new(),
-            tool_ids: HashMap::new(),
+            tool_ids: NameMap::default(),
             tool_names: Vec::new(),
         }
     }
@@ -370,24 +398,25 @@ impl<V, R, N> RunState<V, R, N> {
     /// one came back empty and `tool` is among their tools; with the message detail: how
     /// many came back empty, and their tools in order.
     fn empty_run(&self, tool: u32) -> (u32, Detail) {
-        let run: Vec<&Entry> = self
+        let run = self
             .window
             .iter()
             .rev()
             .take_while(|e| e.empty || e.nudged)
-            .collect();
-        let empties = run.iter().filter(|e| e.empty).count() as u32;
-        // The tools that came back empty; a tool that was only nudged returned nothing at all.
+            .count();
+        let tail = self.window.range(self.window.len() - run..);
+        let empties = tail.clone().filter(|e| e.empty).count() as u32;
+        if empties == 0 || !tail.clone().any(|e| e.empty && e.tool == tool) {
+            return (0, Detail::Plain);
+        }
+        // The tools that came back empty, in order; one that was only nudged returned nothing.
         let mut tools: Vec<u32> = Vec::new();
-        for entry in run.iter().rev().filter(|e| e.empty) {
+        for entry in tail.filter(|e| e.empty) {
             if !tools.contains(&entry.tool) {
                 tools.push(entry.tool);
             }
         }
-        if empties == 0 || !tools.contains(&tool) {
-            return (0, Detail::Plain);
-        }
-        (run.len() as u32, Detail::Empty(empties, tools))
+        (run as u32, Detail::Empty(empties, tools))
     }
 
     /// The tools of the shortest cycle the window went round twice with the same results
@@ -395,23 +424,23 @@ impl<V, R, N> RunState<V, R, N> {
     fn cycle(&self, key: Key) -> Option<(Vec<u32>, bool)> {
         let n = self.window.len();
         for period in 2..=n / 2 {
-            let laps: Vec<&Entry> = self.window.range(n - 2 * period..).collect();
-            if laps[0].key != key || laps.iter().any(|e| e.result.is_none()) {
+            let start = n - 2 * period;
+            let lap = |i: usize| &self.window[start + i];
+            if lap(0).key != key || (0..2 * period).any(|i| lap(i).result.is_none()) {
                 continue;
             }
-            let (first, second) = laps.split_at(period);
             // With writes in the cycle, their results are what must repeat: the writes put
             // the world back, and what the reads in between print may be noise.
-            let writes = first.iter().any(|e| e.writes);
-            let same = first
-                .iter()
-                .zip(second)
-                .all(|(a, b)| a.key == b.key && (a.result == b.result || (writes && !a.writes)));
-            let distinct = first.iter().any(|e| e.key != first[0].key);
+            let writes = (0..period).any(|i| lap(i).writes);
+            let same = (0..period).all(|i| {
+                let (a, b) = (lap(i), lap(period + i));
+                a.key == b.key && (a.result == b.result || (writes && !a.writes))
+            });
+            let distinct = (1..period).any(|i| lap(i).key != lap(0).key);
             if same && distinct {
                 // Reads whose results were let differ: "the same results of its writes".
-                let mixed = writes && !first.iter().all(|e| e.writes);
-                return Some((first.iter().map(|e| e.tool).collect(), mixed));
+                let mixed = writes && !(0..period).all(|i| lap(i).writes);
+                return Some(((0..period).map(|i| lap(i).tool).collect(), mixed));
             }
         }
         None

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use crate::canon::{self, Text};
 use crate::guard::{
-    Action, Decision, Detail, Limits, Policy, Reason, Released, RunState, ToolRule,
+    Action, Decision, Detail, Limits, NameMap, Policy, Reason, Released, RunState, ToolRule,
 };
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
@@ -36,7 +36,7 @@ struct ToolSpec {
     policy: Py<PyAny>,
 }
 
-type ToolSpecs = HashMap<Box<[u8]>, ToolSpec>;
+type ToolSpecs = NameMap<ToolSpec>;
 
 /// The reference helpers for policies and results, imported once.
 struct GuardHelpers {
@@ -525,6 +525,9 @@ impl Guard {
     }
 
     fn spec_of(&self, name_bytes: &[u8]) -> Option<&ToolSpec> {
+        if self.tools.is_empty() {
+            return None;
+        }
         self.tools.get(name_bytes)
     }
 
@@ -984,7 +987,7 @@ impl Guard {
 /// Validates `tools=` with the reference's own `_check_tools` (one set of rules and
 /// messages), and takes the policies it returns; also their repr.
 fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolSpecs, String)> {
-    let mut specs = HashMap::new();
+    let mut specs = NameMap::default();
     let tools = match tools {
         Some(t) if !t.is_none() => t.clone(),
         _ => return Ok((specs, "{}".to_string())),
