@@ -14,6 +14,15 @@ from typing import Any
 
 import pytest
 import tripwire
+from _traces import (
+    ADVANCING,
+    anthropic_poll,
+    chat_poll,
+    edit_undo_events,
+    fruitless_search_responses,
+    write_doc,
+    write_jsonl,
+)
 from tripwire.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,3 +270,118 @@ def test_console_script_when_installed() -> None:
     )
     assert result.returncode == 1  # the example loops
     assert "$0.31 spent with the guard" in result.stdout
+
+
+# -- results, --hash-only, --tools / --tool ----------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic"])
+def test_polling_run_is_progress_unless_hash_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    doc = chat_poll(ADVANCING) if fmt == "openai-chat" else anthropic_poll(ADVANCING)
+    path = str(write_doc(tmp_path / "release.json", doc))
+    code, out, err = run(["replay", "--fail-on-loop", "--tool", "build_status=poll", path], capsys)
+    assert (code, err) == (0, "")
+    assert "stop at 3, results observed (" in out
+    assert "tools: build_status poll\n" in out
+    assert "0 stopped" in out
+    code, out, _ = run(
+        ["replay", "--fail-on-loop", "--hash-only", "--tool", "build_status=poll", path], capsys
+    )
+    assert code == 1
+    assert "stop at 3, hash only (" in out
+    assert "tools: build_status poll (ignored: hash only)" in out
+    row = next(line.split() for line in out.splitlines() if "release.json" in line)
+    steps = "6" if fmt == "openai-chat" else "5"  # the chat's deploy is a step too
+    assert row[1:6] == [steps, "2", "3", "loop_detected", "build_status"]
+
+
+def test_no_progress_stops_in_table_fleet_and_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cart = write_jsonl(tmp_path / "cart.jsonl", edit_undo_events())
+    refund = write_doc(tmp_path / "refund.json", fruitless_search_responses())
+    argv = ["replay", "--tool", "edit_file=write", str(cart), str(refund), str(EXAMPLE)]
+    code, out, err = run(argv, capsys)
+    assert (code, err) == (0, "")
+    rows = [line.split() for line in out.splitlines() if "  no_progress  " in line]
+    assert [row[3:6] for row in rows] == [
+        ["9", "no_progress", "edit_file"],
+        ["5", "no_progress", "search_docs"],
+    ]
+    assert "3 stopped (100%: 1 looped, 2 no progress)" in out
+    assert "Stopped (no_progress): the last 8 calls went twice round the same cycle" in out
+    tools = out.split("Top offending tools (each stop is a report on the tool):")[1]
+    assert {line.split()[0] for line in tools.splitlines()[2:5]} == {
+        "edit_file", "search_docs", "get_logs"
+    }  # fmt: skip
+    assert run(["replay", "--fail-on-loop", *argv[1:]], capsys)[0] == 1
+
+
+def test_tools_file_and_tool_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stuck = write_doc(tmp_path / "stuck.json", chat_poll(["running 10%"] * 6))
+    tools = tmp_path / "tools.json"
+    policies = {"build_status": {"policy": "poll", "max_polls": 3}, "deploy": "write"}
+    tools.write_text(json.dumps(policies))
+    code, out, _ = run(["replay", "--json", "--tools", str(tools), str(stuck)], capsys)
+    data = json.loads(out)
+    assert code == 0
+    assert (data["settings"]["mode"], data["settings"]["tools"]) == ("observe", policies)
+    assert (data["runs"][0]["stop_step"], data["runs"][0]["reason"]) == (4, "loop_detected")
+    assert "more than its limit of 3" in data["runs"][0]["stop_message"]
+    # --tool wins over the file: a plain poll waits up to 20 times.
+    argv = ["replay", "--json", "--tools", str(tools), "--tool", "build_status=poll", str(stuck)]
+    data = json.loads(run(argv, capsys)[1])
+    assert data["settings"]["tools"] == {"build_status": "poll", "deploy": "write"}
+    assert data["runs"][0]["stop_step"] is None
+    data = json.loads(run(["replay", "--json", "--hash-only", str(stuck)], capsys)[1])
+    assert (data["settings"]["mode"], data["settings"]["tools"]) == ("hash-only", {})
+    assert data["summary"]["reasons"] == {"loop_detected": 1, "no_progress": 0}
+
+
+@pytest.mark.parametrize(
+    ("content", "option", "message"),
+    [
+        (None, None, "cannot read"),
+        ("{oops", None, "not JSON"),
+        ('["read"]', None, "expected a JSON object"),
+        ('{"deploy": "writes"}', None, "unknown policy 'writes' for tool 'deploy'"),
+        ('{"b": {"policy": "read", "max_polls": 3}}', None, "max_polls is for 'poll' tools"),
+        ('{"b": {"policy": "poll", "max_polls": 0}}', None, "max_polls must be at least 1"),
+        ('{"b": {"policy": "poll", "colour": 1}}', None, "unknown setting 'colour'"),
+        ('{"b": {"policy": "read", "empty": 3}}', None, "empty for tool 'b'"),
+        ("{}", "deploy", "expected NAME=POLICY"),
+        ("{}", "deploy=", "expected NAME=POLICY"),
+        ("{}", "deploy=sometimes", "--tool: unknown policy 'sometimes'"),
+    ],
+)
+def test_bad_tool_policies_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    option: str | None,
+    message: str,
+) -> None:
+    tools = tmp_path / "tools.json"
+    if content is not None:
+        tools.write_text(content)
+    argv = ["replay", "--tools", str(tools), str(EXAMPLE)]
+    if option is not None:
+        argv[1:3] = ["--tool", option]
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (2, "")
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_results_matching_no_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        {"run": "r", "tool": "t", "args": {}, "call_id": "c1"},
+        {"run": "r", "result_of": "c9", "result": "x"},
+    ]
+    path = write_jsonl(tmp_path / "r.jsonl", rows)
+    code, out, err = run(["replay", str(path)], capsys)
+    assert (code, err) == (0, "")  # not bad input
+    assert "1 tool result matched no call of its run and was ignored." in out
+    assert "No tool results in these traces" in out  # none was linked

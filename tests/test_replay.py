@@ -12,6 +12,15 @@ from typing import Any
 
 import pytest
 import tripwire
+from _traces import (
+    ADVANCING,
+    anthropic_poll,
+    chat_poll,
+    codex_edit_undo,
+    edit_undo_events,
+    fruitless_search_responses,
+    write_doc,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tripwire.replay import Prices, RunResult, Settings, render, replay, to_json, write_json
@@ -794,8 +803,10 @@ def test_json_report_schema() -> None:
         "schema", "tripwire", "settings", "summary", "tools", "runs", "files", "problems",
         "problems_total",
     }  # fmt: skip
+    assert (data["settings"]["mode"], data["settings"]["tools"]) == ("observe", {})
     summary = data["summary"]
-    assert summary["runs"] == summary["looped"] == 1
+    assert summary["runs"] == summary["looped"] == summary["stopped"] == 1
+    assert summary["reasons"] == {"loop_detected": 1, "no_progress": 0}
     assert (summary["steps"], summary["steps_saved"]) == (39, 34)
     assert (summary["model_calls"], summary["model_calls_saved"]) == (39, 33)
     assert summary["cost"]["total"] == pytest.approx(2.68, abs=0.005)
@@ -806,6 +817,7 @@ def test_json_report_schema() -> None:
         {
             "tool": "get_logs",
             "stops": 1,
+            "reasons": {"loop_detected": 1, "no_progress": 0},
             "nudges": 1,
             "steps_saved": 34,
             "cost_saved": summary["cost"]["saved"],
@@ -943,3 +955,310 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# -- results: progress-aware replay ------------------------------------------------------------
+
+HASH_ONLY = Settings(observe=False)
+POLL = {"build_status": "poll"}
+
+
+def test_results_are_linked_in_every_format(tmp_path: Path) -> None:
+    """Each format's results reach the guard, linked to their calls: every call checked
+    before the stop has its result (the nudged ones too: linked, though not observed)."""
+    cases = {
+        "chat.json": json.dumps(openai_chat()),
+        "anthropic.json": json.dumps(anthropic_conversation()),
+        "responses.json": json.dumps(responses_items()),
+        "session.jsonl": "".join(json.dumps(row) + "\n" for row in claude_code_session("s")),
+        "rollout.jsonl": "".join(json.dumps(row) + "\n" for row in codex_rollout("c")),
+    }
+    linked = {}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        report = replay([str(tmp_path / name)])
+        run = next(r for r in report.runs if r.stopped)
+        assert run.results_unlinked == 0, name
+        assert report.problems_total == 0, name
+        linked[name] = (run.results, run.stop_step)
+    # All but the stopped call's: chat 4 (2 parallel + 2 searches), anthropic 4, responses 2,
+    # Claude Code 4 (Glob, Read, Bash x2), Codex 3.
+    assert linked == {
+        "chat.json": (4, 5),
+        "anthropic.json": (4, 5),
+        "responses.json": (2, 3),
+        "session.jsonl": (4, 5),
+        "rollout.jsonl": (3, 4),
+    }
+    hash_only = one(replay([str(tmp_path / "chat.json")], HASH_ONLY))
+    assert (hash_only.results, hash_only.stop_step) == (0, 5)
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic"])
+def test_poll_that_advances_is_progress(tmp_path: Path, fmt: str) -> None:
+    doc = chat_poll(ADVANCING) if fmt == "openai-chat" else anthropic_poll(ADVANCING)
+    path = write_doc(tmp_path / "release.json", doc)
+    run = one(replay([str(path)], Settings(tools=POLL)))
+    assert run.format == fmt
+    # Five polls (and, in the chat, the deploy): every result linked, none stopped.
+    results = 6 if fmt == "openai-chat" else 5
+    assert (run.stop_step, run.nudges, run.results, run.results_unlinked) == (None, 0, results, 0)
+    # The same run to the hash-only guard: the third identical poll is a loop.
+    hashed = one(replay([str(path)], Settings(observe=False, tools=POLL)))
+    assert (hashed.nudge_step, hashed.stop_step, hashed.reason) == (2, 3, "loop_detected")
+    assert hashed.results == 0
+
+
+def test_poll_that_never_advances_stops_at_max_polls(tmp_path: Path) -> None:
+    path = write_doc(tmp_path / "stuck.json", chat_poll(["running 10%"] * 6))
+    tools = {"build_status": {"policy": "poll", "max_polls": 3}}
+    run = one(replay([str(path)], Settings(tools=tools)))
+    assert (run.nudges, run.stop_step, run.reason, run.tool) == (
+        0,
+        4,
+        "loop_detected",
+        "build_status",
+    )
+    assert run.stop_message is not None and "more than its limit of 3" in run.stop_message
+
+
+def test_edit_undo_cycle_stops_with_no_progress(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "cart.jsonl", edit_undo_events())
+    run = one(replay([str(path)], Settings(tools={"edit_file": "write"})))
+    # edit, test, undo, test twice; the 9th call would start a third round.
+    assert (run.nudges, run.stop_step, run.reason, run.tool) == (0, 9, "no_progress", "edit_file")
+    assert run.stop_message is not None
+    assert "edit_file -> run_tests -> edit_file -> run_tests" in run.stop_message
+    assert run.steps_saved == 4 and run.cost_saved > 0
+    # Undeclared, the edit is not known to change anything: re-running the tests is a loop.
+    assert one(replay([str(path)])).stop_step == 6
+    hashed = one(replay([str(path)], Settings(observe=False, tools={"edit_file": "write"})))
+    assert (hashed.stop_step, hashed.reason, hashed.tool) == (6, "loop_detected", "run_tests")
+
+
+def test_fruitless_rewording_stops_with_no_progress(tmp_path: Path) -> None:
+    path = write_doc(tmp_path / "refund.json", fruitless_search_responses())
+    run = one(replay([str(path)]))
+    # Every query differs, every answer is "[]" (JSON text: an empty list).
+    assert (run.nudge_step, run.stop_step, run.reason, run.tool) == (
+        4,
+        5,
+        "no_progress",
+        "search_docs",
+    )
+    assert one(replay([str(path)], HASH_ONLY)).stopped is False
+    # A tool whose empty answers are answers is never stopped for them.
+    tools = {"search_docs": {"policy": "read", "empty": False}}
+    assert one(replay([str(path)], Settings(tools=tools))).stopped is False
+
+
+def test_results_linked_by_call_id_across_lines(tmp_path: Path) -> None:
+    """Events with ``call_id``, results on lines of their own, runs interleaved, a parallel
+    turn answered in reverse order, ids reused in every turn (``call_0``)."""
+    rows: list[dict[str, Any]] = []
+    for i, state in enumerate(ADVANCING):
+        rows.append(
+            {"run": "release", "tool": "build_status", "args": {"build": 77}, "call_id": "call_0"}
+        )
+        rows.append(
+            {"run": "search", "tool": "search", "args": {"q": f"q{i}"}, "call_id": "call_0"}
+        )
+        rows.append({"run": "release", "result_of": "call_0", "result": {"state": state}})
+        rows.append({"run": "search", "result_of": "call_0", "result": []})
+    # A parallel turn of two calls, its results given in reverse order after it.
+    rows += [
+        {"run": "release", "turn": 9, "tool": "read", "args": {"p": "a"}, "call_id": 1},
+        {"run": "release", "turn": 9, "tool": "read", "args": {"p": "b"}, "call_id": 2},
+        {"run": "release", "result_of": 2, "result": "b"},
+        {"run": "release", "result_of": 1, "result": "a"},
+    ]
+    path = write_jsonl(tmp_path / "fleet.jsonl", rows)
+    report = replay([str(path)], Settings(tools=POLL))
+    runs = {run.run: run for run in report.runs}
+    assert report.problems_total == 0
+    assert (runs["release"].stop_step, runs["release"].results) == (None, 7)
+    # The searches' empty results reached the guard, each linked to its own call.
+    assert (runs["search"].stop_step, runs["search"].reason, runs["search"].results) == (
+        5,
+        "no_progress",
+        4,
+    )
+    # To the hash-only guard: a loop on the poll, and nothing wrong with the searches.
+    hashed = {run.run: run for run in replay([str(path)], Settings(observe=False, tools=POLL)).runs}
+    assert (hashed["release"].stop_step, hashed["search"].stop_step) == (3, None)
+
+
+def test_inline_results_of_a_parallel_turn(tmp_path: Path) -> None:
+    rows = [
+        {"run": "r", "turn": t, "tool": "search", "args": {"q": f"{q}{t}"}, "result": []}
+        for t in range(3)
+        for q in ("a", "b")
+    ]
+    run = one(replay([str(write_jsonl(tmp_path / "t.jsonl", rows))]))
+    # Turns of two empty searches, each reworded: the third turn starts with 4 empties in a
+    # row behind it (the second turn's calls were checked before either's result was in).
+    assert (run.results, run.nudges, run.stop_step, run.reason) == (4, 0, 5, "no_progress")
+
+
+def test_result_for_an_unknown_call_is_ignored_and_counted(tmp_path: Path) -> None:
+    """Not bad input (real traces have such results: a resumed log, a result for a call
+    before the log began), so no problem and no exit status; counted, and noted."""
+    rows: list[dict[str, Any]] = [
+        {"run": "r", "result_of": "before-the-log", "result": "x"},
+        {"run": "r", "tool": "get_logs", "args": LOGS, "call_id": "c1"},
+        {"run": "r", "result_of": "c1", "result": []},
+        {"run": "r", "result_of": "c1", "result": []},  # answered already
+        {"run": "r", "result_of": "nobody", "result": []},
+        {"run": "r", "tool": "get_logs", "args": LOGS, "call_id": "c2"},
+    ]
+    path = write_jsonl(tmp_path / "r.jsonl", rows)
+    report = replay([str(path)])
+    run = one(report)
+    assert report.problems_total == 0
+    assert (run.results, run.results_unlinked, report.totals.results_unlinked) == (1, 2, 3)
+    assert "3 tool results matched no call of their run and were ignored." in render(report)
+    data = to_json(report)
+    assert (data["summary"]["results"], data["summary"]["results_unlinked"]) == (1, 3)
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"run": "r", "result_of": [1], "result": 1}])
+    assert replay([str(bad)]).problems_total == 1
+
+
+def test_pending_results_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulate_module, "MAX_PENDING", 2)
+    rows: list[dict[str, Any]] = [
+        {"run": "r", "tool": "t", "args": {"i": i}, "call_id": f"c{i}"} for i in range(3)
+    ]
+    rows += [{"run": "r", "result_of": f"c{i}", "result": i} for i in range(3)]
+    run = one(replay([str(write_jsonl(tmp_path / "r.jsonl", rows))]))
+    assert (run.results, run.results_unlinked) == (2, 1)  # c0 was forgotten
+
+
+def test_claude_code_results_that_change_are_progress(tmp_path: Path) -> None:
+    lines = claude_code_session("s")
+    failing = iter(["5 failing", "4 failing", "3 failing", "2 failing", "1 failing", "0 failing"])
+    for line in lines:
+        content = line.get("message", {}).get("content")
+        if isinstance(content, list) and content and content[0].get("content") == "1 failing":
+            content[0]["content"] = next(failing)
+    path = write_jsonl(tmp_path / "s.jsonl", lines)
+    run = next(
+        r for r in replay([str(path)], Settings(tools={"Bash": "poll"})).runs if r.run == "s"
+    )
+    assert (run.stop_step, run.results) == (None, 8)
+    assert next(iter(replay([str(path)], HASH_ONLY).runs)).stop_step == 5
+
+
+def test_codex_wall_time_is_not_a_change(tmp_path: Path) -> None:
+    """Codex outputs carry the command's wall-clock time; it differs every time, so unless it
+    is dropped, a patch and its undo never give the same results twice and the cycle is
+    missed."""
+    path = write_jsonl(tmp_path / "rollout.jsonl", codex_edit_undo())
+    run = one(replay([str(path)], Settings(tools={"apply_patch": "write"})))
+    assert (run.format, run.results, run.results_unlinked) == ("codex", 8, 0)
+    assert (run.nudges, run.stop_step, run.reason, run.tool) == (0, 9, "no_progress", "apply_patch")
+    hashed = one(replay([str(path)], HASH_ONLY))
+    assert (hashed.stop_step, hashed.reason, hashed.tool) == (6, "loop_detected", "shell")
+
+
+def test_codex_outputs_lose_their_wall_time() -> None:
+    from tripwire.replay.formats import _codex_output
+
+    text = "Exit code: 1\nWall time: 2.5 seconds\nOutput:\n1 failed\n"
+    assert _codex_output(text) == "Exit code: 1\nOutput:\n1 failed\n"
+    meta = {"output": "ok", "metadata": {"exit_code": 0, "duration_seconds": 0.3}}
+    assert _codex_output(meta) == {"output": "ok", "metadata": {"exit_code": 0}}
+    assert _codex_output([1]) == [1]
+
+
+def test_result_values_as_the_harness_saw_them() -> None:
+    from tripwire.replay.formats import result_value
+
+    assert result_value("[]") == []
+    assert result_value(' {"a": 1} ') == {"a": 1}
+    assert result_value("null") is None
+    assert result_value('"ok"') == "ok"
+    assert result_value("1 failed") == "1 failed"
+    assert result_value("[not json") == "[not json"
+    assert result_value([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]) == "a\nb"
+    assert result_value([{"type": "text", "text": "[]"}]) == []
+    image = [{"type": "text", "text": "a"}, {"type": "image", "source": {}}]
+    assert result_value(image) == image
+    assert result_value([]) == []
+    assert result_value("[" * 5000 + "]" * 5000).startswith("[[[")
+
+
+def test_mcp_call_output_and_server_tool_results(tmp_path: Path) -> None:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "find it"}]
+    for i in range(5):
+        items.append(
+            {
+                "type": "mcp_call",
+                "id": f"mcp_{i}",
+                "server_label": "docs",
+                "name": "search",
+                "arguments": '{"q": "x"}',
+                "output": f"page {i}",
+            }
+        )
+        items.append({"type": "message", "role": "user", "content": "go on"})
+    path = write_doc(tmp_path / "mcp.json", items)
+    run = one(replay([str(path)], Settings(tools={"search": "poll"})))
+    assert (run.results, run.stop_step) == (5, None)
+    blocks: list[dict[str, Any]] = [{"role": "user", "content": "news?"}]
+    for i in range(4):
+        blocks.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "server_tool_use",
+                        "id": f"srv_{i}",
+                        "name": "web_search",
+                        "input": {"query": "x"},
+                    },
+                    {"type": "web_search_tool_result", "tool_use_id": f"srv_{i}", "content": []},
+                ],
+            }
+        )
+    run = one(replay([str(write_doc(tmp_path / "web.json", blocks))]))
+    assert (run.results, run.stop_step) == (2, 3)
+
+
+def test_json_report_mode_tools_and_reasons(tmp_path: Path) -> None:
+    cart = write_jsonl(tmp_path / "cart.jsonl", edit_undo_events())
+    tools = {"edit_file": "write", "build_status": {"policy": "poll", "max_polls": 30}}
+    data = to_json(replay([str(cart), str(EXAMPLE)], Settings(tools=tools)))
+    assert (data["settings"]["mode"], data["settings"]["tools"]) == ("observe", tools)
+    summary = data["summary"]
+    assert summary["reasons"] == {"loop_detected": 1, "no_progress": 1}
+    assert (summary["stopped"], summary["looped"], summary["no_progress"]) == (2, 1, 1)
+    by_tool = {tool["tool"]: tool for tool in data["tools"]}
+    assert by_tool["edit_file"]["reasons"] == {"loop_detected": 0, "no_progress": 1}
+    assert by_tool["get_logs"]["reasons"] == {"loop_detected": 1, "no_progress": 0}
+    runs = {run["run"]: run for run in data["runs"]}
+    assert runs["fix-cart"]["reason"] == "no_progress"
+    assert runs["fix-cart"]["stop_message"].startswith("Stopped (no_progress)")
+    assert (runs["checkout-triage"]["results"], runs["checkout-triage"]["results_unlinked"]) == (
+        5,
+        0,
+    )
+    text = render(replay([str(cart), str(EXAMPLE)], Settings(tools=tools)))
+    assert "results observed" in text
+    assert "tools: edit_file write, build_status poll (max_polls 30)" in text
+    assert "2 stopped (100%: 1 looped, 1 no progress)" in text
+    hashed = to_json(replay([str(cart)], Settings(observe=False, tools=tools)))
+    assert (hashed["settings"]["mode"], hashed["settings"]["tools"]) == ("hash-only", tools)
+    assert hashed["summary"]["reasons"] == {"loop_detected": 1, "no_progress": 0}
+
+
+def test_example_is_the_same_with_results_or_without() -> None:
+    for given_settings in (Settings(), HASH_ONLY, Settings(tools={"get_logs": "read"})):
+        run = one(replay([str(EXAMPLE)], given_settings))
+        assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 6, 34)
+        assert (run.reason, round(run.cost, 2), round(run.cost_guarded, 2)) == (
+            "loop_detected",
+            2.68,
+            0.31,
+        )
+    assert one(replay([str(EXAMPLE)])).results == 5  # steps 1-5 (the 5th was nudged)
+    assert "No tool results" not in render(replay([str(EXAMPLE)]))

@@ -7,8 +7,10 @@ ARGS_JSON`` prints a call's key.
 Exit status, a bit mask so that both conditions can be reported at once:
 
 * 0: done, nothing to report;
-* 1: ``--fail-on-loop`` was given and at least one run looped;
-* 2: bad usage (unknown option, invalid guard settings, ``key`` arguments that are not JSON);
+* 1: ``--fail-on-loop`` was given and the guard stopped at least one run (``loop_detected``
+  or ``no_progress``);
+* 2: bad usage (unknown option, invalid guard settings or tool policies, a ``--tools`` file
+  that cannot be read or is not a JSON object, ``key`` arguments that are not JSON);
 * 4: some input was bad (a file unreadable, a line not JSON or of no known shape): it was
   reported on stderr with file and line, skipped, and the report covers the rest;
 * 5: both 1 and 4.
@@ -23,7 +25,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 import tripwire
 from tripwire.replay import cost, progress
@@ -39,7 +41,7 @@ EXIT_BAD_INPUT: Final = 4
 PRINTED_PROBLEMS: Final = 20
 
 _EPILOG = """\
-exit status: 0 fine; 1 a run looped (with --fail-on-loop); 2 bad usage;
+exit status: 0 fine; 1 a run was stopped (with --fail-on-loop); 2 bad usage;
 4 some input was bad and skipped (reported on stderr, the rest is reported); 5 = 1 and 4.
 """
 
@@ -56,6 +58,13 @@ searched for *.json, *.jsonl, *.ndjson and their .gz):
   anthropic         message lists; assistant tool_use blocks
   claude-code       Claude Code session JSONL (~/.claude/projects/*/*.jsonl)
   codex             Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)
+
+Tool results in the traces (chat "tool" messages, Responses *_output items, tool_result
+blocks, the events' "result" or {"run", "result_of": CALL_ID, "result"} lines) are given to
+the guard with the verdict of their call, so it can tell progress from loops: a repeat whose
+result changed is not a loop, and cycles or runs of empty results stop with no_progress.
+Tell it which tools write or poll with --tools / --tool; --hash-only replays the guard that
+ignores results (and policies), for comparison.
 
 Money: every model call re-sends the transcript, so each call is priced from its own usage
 figures where the trace has them, else estimated from the transcript size (marked ~).
@@ -143,6 +152,24 @@ def _parser() -> argparse.ArgumentParser:
         "--stop-at", type=_count, default=3, metavar="N", help="repeats in the window that stop (3)"
     )
     _add_volatile(guard)
+    guard.add_argument(
+        "--tools",
+        metavar="FILE",
+        help="tool policies: a JSON object of tool name -> policy, as Guard(tools=...) takes "
+        'it, e.g. {"build_status": {"policy": "poll", "max_polls": 30}, "deploy": "write"}',
+    )
+    guard.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="NAME=POLICY",
+        help="one tool's policy: read, write, volatile or poll; repeatable, over --tools",
+    )
+    guard.add_argument(
+        "--hash-only",
+        action="store_true",
+        help="ignore tool results (and tool policies): the guard before results, for comparison",
+    )
     money = rp.add_argument_group("money (US dollars per million tokens)")
     money.add_argument(
         "--price-in",
@@ -174,7 +201,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"runs listed in the table ({DEFAULT_LIMIT}; 0: all)",
     )
-    out.add_argument("--fail-on-loop", action="store_true", help="exit 1 if any run looped")
+    out.add_argument(
+        "--fail-on-loop",
+        action="store_true",
+        help="exit 1 if the guard stopped any run (loop_detected or no_progress)",
+    )
 
     kp = commands.add_parser(
         "key",
@@ -229,12 +260,64 @@ def _input_size(paths: Sequence[str]) -> int | None:
     return total
 
 
+class _UsageError(Exception):
+    """Bad usage, with the message to show."""
+
+
+def _tools(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The tool policies of ``--tools FILE`` and ``--tool NAME=POLICY`` (which win)."""
+    tools: dict[str, Any] = {}
+    if args.tools is not None:
+        try:
+            with open(args.tools, "rb") as file:
+                data = json.loads(file.read())
+        except OSError as exc:
+            raise _UsageError(f"--tools {args.tools}: cannot read: {exc.strerror or exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise _UsageError(f"--tools {args.tools}: not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise _UsageError(
+                f"--tools {args.tools}: expected a JSON object of tool name -> policy, "
+                f"not a JSON {type(data).__name__}"
+            )
+        tools.update(data)
+    for item in args.tool:
+        name, equals, policy = item.rpartition("=")
+        if not equals or not name or not policy:
+            raise _UsageError(f"--tool {item!r}: expected NAME=POLICY, e.g. deploy=write")
+        tools[name] = policy
+    if not tools:
+        return None
+    try:
+        tripwire.Guard(tools=tools)
+    except (TypeError, ValueError, OverflowError) as exc:
+        given = (
+            "--tools/--tool"
+            if args.tools is not None and args.tool
+            else ("--tool" if args.tool else f"--tools {args.tools}")
+        )
+        raise _UsageError(f"{given}: {exc}") from None
+    return tools
+
+
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prices = cost.Prices(args.price_in, args.price_out, args.price_cached)
-    settings = Settings(args.window, args.nudge_at, args.stop_at, _volatile(args), prices)
     try:
-        settings.guard()
-    except (TypeError, ValueError) as exc:
+        tools = _tools(args)
+    except _UsageError as exc:
+        parser.error(str(exc))
+    settings = Settings(
+        args.window,
+        args.nudge_at,
+        args.stop_at,
+        _volatile(args),
+        prices,
+        observe=not args.hash_only,
+        tools=tools,
+    )
+    try:
+        settings.check()
+    except (TypeError, ValueError, OverflowError) as exc:
         parser.error(str(exc))
     if args.limit < 0:
         parser.error("--limit must be 0 or more")
@@ -265,7 +348,7 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         report.runs.close()
     code = EXIT_OK
-    if args.fail_on_loop and report.totals.looped:
+    if args.fail_on_loop and report.totals.stopped:
         code |= EXIT_LOOP
     if report.bad_input:
         code |= EXIT_BAD_INPUT

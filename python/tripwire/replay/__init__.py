@@ -10,7 +10,7 @@ calls and ``report`` renders the result.
 from __future__ import annotations
 
 from tripwire.replay.cost import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT, Prices, Usage
-from tripwire.replay.formats import FileStats, Problem, Turn
+from tripwire.replay.formats import FileStats, Problem, Result, Turn
 from tripwire.replay.report import SCHEMA, render, to_json, write_json
 from tripwire.replay.simulate import (
     Report,
@@ -30,6 +30,7 @@ __all__ = (
     "Prices",
     "Problem",
     "Report",
+    "Result",
     "RunResult",
     "RunStore",
     "Settings",

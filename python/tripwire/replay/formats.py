@@ -16,7 +16,10 @@ file name:
                           model call's parallel calls (its ``usage`` given on any of them; the
                           last one given counts). A line without ``tool`` but with ``usage`` is
                           a model call without tool calls; one with only ``run``/``event`` (a
-                          budget entry, say) is noted and ignored.
+                          budget entry, say) is noted and ignored. Results: ``"result"`` on a
+                          call's line is what it returned (``null`` too: it returned nothing);
+                          or the call carries ``"call_id"`` and a later line
+                          ``{"run", "result_of": <call_id>, "result"}`` gives its result.
 ``openai-chat``           Message lists: assistant ``tool_calls[].function`` with
                           ``arguments`` as a JSON string (legacy ``function_call`` and custom
                           tools' free-text ``input`` too).
@@ -38,6 +41,17 @@ file name:
                           run is named by ``session_meta``.
 ========================  ==============================================================
 
+**Results.** Where a trace has tool results, they are read too, each linked to its call by the
+call's id, and come after the turn of their call (a ``Result`` event): chat ``role: "tool"``
+messages (``tool_call_id``), Responses ``*_output`` items (``call_id``; an ``mcp_call``
+carries its own ``output``), Anthropic and Claude Code ``tool_result`` blocks
+(``tool_use_id``; also the server tools' ``*_tool_result`` blocks), Codex ``*_output``
+payloads, and the events format's ``result``. What the tool returned is taken as the harness
+would have seen it: content blocks that are all text become their text, and a text that is a
+JSON array, object, string or ``null`` becomes that value (a chat tool message ``"[]"`` is an
+empty list). Codex shell outputs lose their wall-clock times (``duration_seconds``, ``Wall
+time:``), which differ on every run and would make every result look new.
+
 A message list may be a whole JSON file (a list, or an object with ``messages``, or a list
 of such objects), one JSONL line per conversation, or one JSONL line per message or item
 (the file is then one run). Usage on an assistant message (``"usage"``, as many loggers
@@ -55,7 +69,8 @@ Decisions:
   ``Problem`` too, and whatever was read before the damage still counts.
 * Tool-call ids are not used to identify calls: traces reuse them (some servers number calls
   ``call_0`` in every turn), and a guard given a repeated id answers with its first verdict,
-  which would hide the very loops being looked for.
+  which would hide the very loops being looked for. They only link results to calls
+  (``Turn.call_ids``): a result belongs to the latest call of its run with that id.
 """
 
 from __future__ import annotations
@@ -96,6 +111,21 @@ class Turn:
     line: int | None
     format: str
     where: str | None = None
+    # Each call's id in the trace (``None``: it has none), for linking results to calls;
+    # ``None``: no call has one.
+    call_ids: list[str | None] | None = None
+
+
+@dataclass(slots=True)
+class Result:
+    """What a tool call returned: ``value`` is the result of the call ``call_id`` of ``run``
+    (see ``result_value`` for what is made of the logged form)."""
+
+    run: str
+    call_id: str
+    value: Any
+    line: int | None
+    where: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +151,7 @@ class RunEnd:
     run: str
 
 
-Event = Turn | Problem | RunEnd
+Event = Turn | Result | Problem | RunEnd
 
 
 def location(path: str, line: int | None, where: str | None) -> str:
@@ -163,6 +193,66 @@ def _run_name(obj: dict[str, Any], default: str) -> str:
     return default
 
 
+def _id(value: Any) -> str | None:
+    """A call id as logged (a string, or a number), or ``None``."""
+    if type(value) is str:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+_TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
+# First characters of a text that may be JSON worth parsing (``null`` too).
+_JSON_STARTS: Final = frozenset({"[", "{", '"', "n"})
+
+
+def result_value(raw: Any) -> Any:
+    """A tool result as logged, turned into what the tool returned, as far as the log tells:
+    a list of content blocks that are all text is their text, joined by newlines; a text that
+    is a JSON array, object, string or ``null`` is that value (tools' results are logged as
+    JSON text: ``"[]"`` is an empty list). Anything else is as logged."""
+    if type(raw) is list and raw:
+        texts = []
+        for block in raw:
+            if type(block) is not dict or block.get("type") not in _TEXT_BLOCKS:
+                return raw
+            text = block.get("text")
+            if type(text) is not str:
+                return raw
+            texts.append(text)
+        raw = "\n".join(texts)
+    if type(raw) is str:
+        first = raw[:1]
+        if first not in _JSON_STARTS and not first.isspace():
+            return raw  # plain text (the common case), without copying it to strip it
+        text = raw.strip()
+        if text[:1] in ("[", "{", '"') or text == "null":
+            try:
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                pass
+    return raw
+
+
+def _block_results(content: Any, run: str, line: int | None, where: str | None) -> list[Result]:
+    """Results in an Anthropic message's content: ``tool_result`` blocks and the server
+    tools' ``*_tool_result`` blocks, by ``tool_use_id``."""
+    results: list[Result] = []
+    if type(content) is list:
+        for block in content:
+            if type(block) is not dict:
+                continue
+            kind = _kind(block)
+            if kind is None or not kind.endswith("tool_result"):
+                continue
+            call_id = _id(block.get("tool_use_id"))
+            if call_id is not None:
+                value = result_value(block.get("content"))
+                results.append(Result(run, call_id, value, line, where))
+    return results
+
+
 # -- message lists: chat, Anthropic, Responses ----------------------------------------------
 
 # Responses items that are tool calls, and the field holding their arguments.
@@ -182,15 +272,19 @@ _RESPONSES_OUTPUT: Final = frozenset(
     }
 )
 _ANTHROPIC_CALLS: Final = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
-_RESPONSES_TYPES: Final = frozenset(
-    {*_RESPONSES_CALLS, *_RESPONSES_ACTIONS, "custom_tool_call", *_RESPONSES_OUTPUT}
-    | {
+# Items that are a call's result, by ``call_id``.
+_RESPONSES_RESULTS: Final = frozenset(
+    {
         "function_call_output",
         "custom_tool_call_output",
         "local_shell_call_output",
         "computer_call_output",
-        "mcp_approval_response",
     }
+)
+_RESPONSES_TYPES: Final = frozenset(
+    {*_RESPONSES_CALLS, *_RESPONSES_ACTIONS, "custom_tool_call", *_RESPONSES_OUTPUT}
+    | _RESPONSES_RESULTS
+    | {"mcp_approval_response"}
 )
 
 
@@ -198,7 +292,8 @@ class CallError(ValueError):
     """A tool call in a message that cannot be checked (no name)."""
 
 
-def _chat_calls(message: dict[str, Any]) -> list[Call]:
+def _chat_calls(message: dict[str, Any], ids: list[str | None]) -> list[Call]:
+    """The tool calls of an assistant message; their ids are appended to ``ids``."""
     calls: list[Call] = []
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, list):
@@ -208,16 +303,19 @@ def _chat_calls(message: dict[str, Any]) -> list[Call]:
                 # A custom tool: free-text input, keyed as a string.
                 raw = custom.get("input")
                 calls.append((custom["name"], "" if raw is None else raw, False))
+                ids.append(_id(item.get("id")))
                 continue
             function = item.get("function") if isinstance(item, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise CallError(f"tool_calls[{index}] has no function name")
             calls.append(_argument_call(function["name"], function.get("arguments")))
+            ids.append(_id(item.get("id")))
     legacy = message.get("function_call")
     if isinstance(legacy, dict):
         if not isinstance(legacy.get("name"), str):
             raise CallError("function_call has no name")
         calls.append(_argument_call(legacy["name"], legacy.get("arguments")))
+        ids.append(None)
     content = message.get("content")
     if isinstance(content, list):
         for index, block in enumerate(content):
@@ -227,7 +325,12 @@ def _chat_calls(message: dict[str, Any]) -> list[Call]:
                     raise CallError(f"content[{index}] ({block['type']}) has no name")
                 args = block.get("input")
                 calls.append((name, {} if args is None else args, False))
+                ids.append(_id(block.get("id")))
     return calls
+
+
+def _linked(ids: list[str | None]) -> list[str | None] | None:
+    return ids if any(call_id is not None for call_id in ids) else None
 
 
 def _kind(obj: dict[str, Any]) -> str | None:
@@ -262,8 +365,10 @@ class Conversation:
     __slots__ = (
         "_calls",
         "_format",
+        "_ids",
         "_line",
         "_produced",
+        "_results",
         "_sent",
         "_start",
         "_usage",
@@ -277,8 +382,11 @@ class Conversation:
         self._sent = base_bytes
         self._format: str | None = fmt
         self._usage: Usage | None = None
-        # The open Responses turn, if any: its calls, bytes produced, where it started.
+        # The open Responses turn, if any: its calls and their ids, results its items carry
+        # (an ``mcp_call``'s output), bytes produced, where it started.
         self._calls: list[Call] | None = None
+        self._ids: list[str | None] = []
+        self._results: list[Result] = []
         self._produced = 0
         self._start = 0
         self._line: int | None = None
@@ -290,7 +398,7 @@ class Conversation:
 
     def feed(
         self, element: Any, size: int, line: int | None, where: str | None, path: str
-    ) -> Iterator[Turn | Problem]:
+    ) -> Iterator[Turn | Result | Problem]:
         if not isinstance(element, dict):
             yield Problem(path, line, f"not a message: {type(element).__name__}", where)
             return
@@ -309,6 +417,17 @@ class Conversation:
                 call = _argument_call(name, element.get(_RESPONSES_CALLS[kind]))
             self._open(line, where).append(call)
             self._produced += size
+            call_id = _id(element.get("call_id"))
+            if kind == "mcp_call":
+                # Run by the API within the response: its output is in the item itself.
+                call_id = call_id or _id(element.get("id")) or f"\x00{line}{where}"
+                error = element.get("error")
+                if error is not None:
+                    self._results.append(Result(self.run, call_id, {"error": error}, line, where))
+                elif "output" in element:
+                    value = result_value(element["output"])
+                    self._results.append(Result(self.run, call_id, value, line, where))
+            self._ids.append(call_id)
             return
         if kind in _RESPONSES_ACTIONS:
             self._format = self._format or "openai-responses"
@@ -316,6 +435,7 @@ class Conversation:
             self._open(line, where).append(
                 (_RESPONSES_ACTIONS[kind], {} if action is None else action, False)
             )
+            self._ids.append(_id(element.get("call_id")))
             self._produced += size
             return
         if kind in _RESPONSES_OUTPUT or (
@@ -332,8 +452,9 @@ class Conversation:
         if role == "assistant":
             self._format = self._format or _message_format(element)
             usage: Usage | None = None
+            ids: list[str | None] = []
             try:
-                calls = _chat_calls(element)
+                calls = _chat_calls(element, ids)
             except CallError as exc:
                 yield Problem(path, line, f"{exc}; message skipped", where)
                 self._sent += size
@@ -343,18 +464,48 @@ class Conversation:
             except UsageError as exc:
                 yield Problem(path, line, f"{exc}; tokens estimated", where)
             fmt = self.format
-            yield Turn(self.run, calls, usage, size, self._sent, line, fmt, where)
+            yield Turn(self.run, calls, usage, size, self._sent, line, fmt, where, _linked(ids))
             self._sent += size
+            # Server tools (web search, code execution) answer within the same message.
+            yield from _block_results(element.get("content"), self.run, line, where)
             return
         if kind in _RESPONSES_TYPES:
             self._format = self._format or "openai-responses"
-        elif self._format is None:
-            self._format = _message_format(element)
+            if kind in _RESPONSES_RESULTS:
+                result = self._item_result(element, kind, line, where)
+                if result is not None:
+                    yield result
+        else:
+            if self._format is None:
+                self._format = _message_format(element)
+            if role == "tool":
+                call_id = _id(element.get("tool_call_id"))
+                if call_id is not None:
+                    value = result_value(element.get("content"))
+                    yield Result(self.run, call_id, value, line, where)
+            else:
+                yield from _block_results(element.get("content"), self.run, line, where)
         self._sent += size
+
+    def _item_result(
+        self, element: dict[str, Any], kind: str, line: int | None, where: str | None
+    ) -> Result | None:
+        """A Responses ``*_output`` item's result (``local_shell_call_output`` names its call
+        by ``id``, the others by ``call_id``)."""
+        call_id = _id(element.get("call_id"))
+        if call_id is None and kind == "local_shell_call_output":
+            call_id = _id(element.get("id"))
+        if call_id is None:
+            return None
+        value = result_value(element.get("output"))
+        if self._format == "codex":
+            value = _codex_output(value)
+        return Result(self.run, call_id, value, line, where)
 
     def _open(self, line: int | None, where: str | None) -> list[Call]:
         if self._calls is None:
             self._calls = []
+            self._ids = []
             self._produced = 0
             self._start = self._sent
             self._line = line
@@ -369,8 +520,9 @@ class Conversation:
         self._usage = usage
         return True
 
-    def flush(self, usage: Usage | None = None) -> Iterator[Turn]:
-        """Ends the open Responses turn, if any (``usage``: the response's own figures)."""
+    def flush(self, usage: Usage | None = None) -> Iterator[Turn | Result]:
+        """Ends the open Responses turn, if any (``usage``: the response's own figures),
+        followed by the results its items carried."""
         if self._calls is not None:
             calls, self._calls = self._calls, None
             usage, self._usage = usage or self._usage, None
@@ -383,8 +535,27 @@ class Conversation:
                 self._line,
                 self.format,
                 self._where,
+                _linked(self._ids),
             )
             self._sent += self._produced
+            if self._results:
+                results, self._results = self._results, []
+                yield from results
+
+
+def _codex_output(value: Any) -> Any:
+    """A Codex tool output without its wall-clock time, which differs on every run:
+    ``metadata.duration_seconds`` of the JSON form, the ``Wall time:`` line of the text one."""
+    if type(value) is dict:
+        metadata = value.get("metadata")
+        if type(metadata) is dict and "duration_seconds" in metadata:
+            metadata = {k: v for k, v in metadata.items() if k != "duration_seconds"}
+            return {**value, "metadata": metadata}
+        return value
+    if type(value) is str and "Wall time:" in value:
+        lines = value.splitlines(keepends=True)
+        return "".join(line for line in lines if not line.startswith("Wall time:"))
+    return value
 
 
 def _has_calls(message: dict[str, Any]) -> bool:
@@ -404,7 +575,7 @@ def _base_bytes(doc: dict[str, Any]) -> int:
 
 def conversation(
     items: list[Any], run: str, path: str, line: int | None, base: int = 0, prefix: str = ""
-) -> Iterator[Turn | Problem]:
+) -> Iterator[Turn | Result | Problem]:
     """Turns of a whole message or item list."""
     conv = Conversation(run, base)
     for index, element in enumerate(items):
@@ -458,28 +629,44 @@ def _is_claude_code(obj: dict[str, Any]) -> bool:
 class _ClaudeSession:
     """One session (or subagent) of a Claude Code file: lines of one API response share
     ``message.id`` and are one turn, whose usage is the largest figure any of them gives
-    (the streamed lines repeat it, output growing)."""
+    (the streamed lines repeat it, output growing). The turn is complete when a line of
+    another response comes (or the file ends); tool results logged before that (Claude Code
+    may run a tool while the response is still being written) wait for it in ``results``."""
 
-    __slots__ = ("calls", "id", "line", "produced", "sent", "start", "usage")
+    __slots__ = ("calls", "id", "ids", "line", "produced", "results", "sent", "start", "usage")
 
     def __init__(self) -> None:
         self.id: str | None = None
         self.calls: list[Call] = []
+        self.ids: list[str | None] = []
+        self.results: list[Result] = []
         self.produced = 0
         self.sent = 0
         self.start = 0
         self.line = 0
         self.usage: Usage | None = None
 
-    def flush(self, run: str) -> Iterator[Turn]:
+    def flush(self, run: str) -> Iterator[Turn | Result]:
         if self.id is not None:
             yield Turn(
-                run, self.calls, self.usage, self.produced, self.start, self.line, "claude-code"
+                run,
+                self.calls,
+                self.usage,
+                self.produced,
+                self.start,
+                self.line,
+                "claude-code",
+                None,
+                _linked(self.ids),
             )
             self.sent += self.produced
             self.id = None
             self.calls = []
+            self.ids = []
             self.usage = None
+            if self.results:
+                results, self.results = self.results, []
+                yield from results
 
 
 def _claude_run(obj: dict[str, Any], default: str) -> str:
@@ -511,8 +698,12 @@ _CODEX_TYPES: Final = frozenset(
 
 @dataclass(slots=True)
 class _PendingTurn:
+    """A turn of the events format still taking calls, and the results given on its lines
+    (they follow it once it is complete)."""
+
     turn: Any
     value: Turn
+    results: list[Result] = field(default_factory=list)
 
 
 # -- files ----------------------------------------------------------------------------------
@@ -520,7 +711,8 @@ class _PendingTurn:
 
 class Reader:
     """Reads one file (or stdin) into events. ``tick(position)`` is called every
-    ``TICK_LINES`` lines with how far into the file (on disk) reading has got."""
+    ``TICK_LINES`` lines with how far into the file (on disk) reading has got; ``results``:
+    whether the events format's results are wanted."""
 
     def __init__(
         self,
@@ -529,6 +721,7 @@ class Reader:
         *,
         stdin: IO[bytes] | None = None,
         tick: Callable[[int], None] | None = None,
+        results: bool = True,
     ) -> None:
         self.path = path
         self.stats = stats
@@ -539,6 +732,9 @@ class Reader:
         self._conv: Conversation | None = None
         self._claude: dict[str, _ClaudeSession] = {}
         self._pending: dict[str, _PendingTurn] = {}
+        # Whether to read the events format's results (skipped when no one wants them: the
+        # hot path of big fleet logs); the other formats' results are read regardless.
+        self._results = results
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -781,7 +977,7 @@ class Reader:
                 or (value.get("type") == "message")
             ):
                 yield from self._message_line(value, line, size, where)
-            elif "run" in value or "run_id" in value or "event" in value:
+            elif "run" in value or "run_id" in value or "event" in value or "result_of" in value:
                 yield from self._event(value, line, size, where)
             else:
                 self.stats.problems += 1
@@ -827,6 +1023,8 @@ class Reader:
                 self.stats.problems += 1
                 return (self._problem(line, f"run is {run!r}, not a name; line skipped", where),)
         calls: list[Call] = []
+        call_id: str | None = None
+        result: Result | None = None
         if "tool" in value:
             name = value["tool"]
             if type(name) is not str or not name:
@@ -839,6 +1037,14 @@ class Reader:
                 calls.append((name, args, True))
             else:
                 calls.append((name, {} if args is None else args, False))
+            if "call_id" in value:
+                call_id = _id(value["call_id"])
+            if "result" in value and self._results:
+                # Linked by the call's own id, or one only this line has.
+                call_id = call_id or f"\x00{line}{where}"
+                result = Result(run, call_id, result_value(value["result"]), line, where)
+        elif "result_of" in value:
+            return self._result_line(value, run, line, where)
         usage: Usage | None = None
         problem: tuple[Event, ...] = ()
         raw_usage = value.get("usage")
@@ -854,24 +1060,53 @@ class Reader:
         if pending is not None:
             if turn_id is not None and pending.turn == turn_id:
                 merged = pending.value
+                if call_id is not None or merged.call_ids is not None:
+                    merged_ids = merged.call_ids or [None] * len(merged.calls)
+                    merged_ids.extend([call_id] * len(calls))
+                    merged.call_ids = merged_ids
                 merged.calls.extend(calls)
                 merged.produced += size
                 if usage is not None:
                     merged.usage = usage
+                if result is not None:
+                    pending.results.append(result)
                 return problem
             del self._pending[run]
-            flushed = (pending.value,)
+            flushed = (pending.value, *pending.results)
         if not calls and usage is None:
             # A budget entry, a note: part of the trace, not a model call.
             self.stats.ignored += 1
             return problem + flushed
-        turn = Turn(run, calls, usage, size, None, line, "events", where)
+        ids: list[str | None] | None = None if call_id is None else [call_id]
+        turn = Turn(run, calls, usage, size, None, line, "events", where, ids)
         if turn_id is not None:
-            self._pending[run] = _PendingTurn(turn_id, turn)
+            self._pending[run] = _PendingTurn(turn_id, turn, [] if result is None else [result])
             return problem + flushed
+        if result is not None:
+            return (*problem, *flushed, turn, result)
         if problem or flushed:
             return (*problem, *flushed, turn)
         return (turn,)
+
+    def _result_line(
+        self, value: dict[str, Any], run: str, line: int | None, where: str | None
+    ) -> tuple[Event, ...]:
+        """``{"run", "result_of": <call id>, "result"}``: the result of an earlier call. One
+        given while its run's turn is still taking calls waits for the turn."""
+        call_id = _id(value["result_of"])
+        if call_id is None:
+            self.stats.problems += 1
+            what = f"result_of is {value['result_of']!r}, not a call id; line skipped"
+            return (self._problem(line, what, where),)
+        if "result" not in value:
+            self.stats.problems += 1
+            return (self._problem(line, "result_of without a result; line skipped", where),)
+        result = Result(run, call_id, result_value(value["result"]), line, where)
+        pending = self._pending.get(run) if self._pending else None
+        if pending is not None:
+            pending.results.append(result)
+            return ()
+        return (result,)
 
     def _claude_line(self, value: dict[str, Any], line: int | None, size: int) -> Iterator[Event]:
         self.stats.formats.add("claude-code")
@@ -886,13 +1121,19 @@ class Reader:
             session = self._claude[run] = _ClaudeSession()
         if kind == "user":
             session.sent += size
+            results = _block_results(message.get("content"), run, line, None)
+            if session.id is not None:
+                session.results += results
+            else:
+                yield from results
             return
         if message.get("model") == "<synthetic>":
             # Written by Claude Code itself (an API error, an interruption): no model call.
             self.stats.ignored += 1
             return
+        ids: list[str | None] = []
         try:
-            calls = _chat_calls(message)
+            calls = _chat_calls(message, ids)
         except CallError as exc:
             self.stats.problems += 1
             yield self._problem(line, f"{exc}; line skipped")
@@ -913,6 +1154,7 @@ class Reader:
             session.line = line or 0
             session.produced = 0
         session.calls.extend(calls)
+        session.ids.extend(ids)
         session.produced += size
         session.usage = _merge_usage(session.usage, usage)
 
@@ -964,6 +1206,7 @@ class Reader:
         pending, self._pending = self._pending, {}
         for item in pending.values():
             yield item.value
+            yield from item.results
 
 
 def _parse_line(line: bytes) -> tuple[Any, str | None]:

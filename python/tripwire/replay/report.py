@@ -1,26 +1,33 @@
 """Rendering a replay: a table for people, JSON for machines.
 
-The terminal report lists runs (looped ones first, by money saved) and the calls the guard
-stops them on, then the fleet: runs that looped, the share of steps and of money saved (two
-different numbers, because later steps re-send a longer transcript and cost more), and the
-tools the guard stopped runs on: every ``loop_detected`` is a report on a tool. Figures that
-rest on estimated tokens are marked ``~``.
+The terminal report says which guard ran (results observed, or hash only) and the tool
+policies given, lists runs (stopped ones first, by money saved) and the calls the guard stops
+them on with its reason, then the fleet: runs stopped (``loop_detected``: a call repeated
+with nothing changed; ``no_progress``: a cycle gone round twice, or a run of empty results),
+the share of steps and of money saved (two different numbers, because later steps re-send a
+longer transcript and cost more), and the tools the guard stopped runs on: every stop is a
+report on a tool. Figures that rest on estimated tokens are marked ``~``.
 
 The JSON report (``SCHEMA``, written by ``write_json`` one run a line) has:
 
-* ``settings``: the guard's window, nudge_at, stop_at, volatile_keys; prices (USD per million
-  tokens) and the bytes-per-token figure used for estimates;
-* ``summary``: runs, looped (stopped with ``loop_detected``), nudged, nudged_only, steps,
+* ``settings``: the guard's window, nudge_at, stop_at, volatile_keys, ``mode`` (``observe``:
+  results given to the guard; ``hash-only``: the guard from before results, which ignores
+  results and tool policies) and ``tools`` (the policies given, as ``Guard(tools=...)`` takes
+  them); prices (USD per million tokens) and the bytes-per-token figure used for estimates;
+* ``summary``: runs, stopped, of them looped (stopped with ``loop_detected``) and
+  no_progress, the same as ``reasons`` (reason: runs), nudged, nudged_only, steps,
   steps_saved and its share, model_calls and model_calls_saved, ``tokens`` (source: ``usage``,
   ``estimated``, ``mixed``; input, output, cached, and what was saved) and ``cost`` (total,
-  guarded, saved, saved_share), split_runs;
-* ``tools``: per tool the guard stopped or nudged a run on: stops, nudges, steps_saved,
-  cost_saved, worst first;
+  guarded, saved, saved_share), split_runs, results (tool results linked to a call checked
+  before its run's stop) and results_unlinked (results that matched no call: ignored);
+* ``tools``: per tool the guard stopped or nudged a run on: stops, ``reasons`` (reason:
+  stops), nudges, steps_saved, cost_saved, worst first;
 * ``runs``: per run: run, file, line (of its first model call), format, part, steps, the
   first nudge_step and nudges, stop_step, reason, tool, repeats and key of the stopping call,
-  stop_location and stop_call (the call refused, canonical JSON, clipped), steps_saved,
-  model_calls and model_calls_saved, ``tokens`` and ``cost`` as in the summary,
-  invalid_arguments (argument text that was not JSON) and skipped_calls;
+  stop_location and stop_call (the call refused, canonical JSON, clipped), stop_message (the
+  guard's), steps_saved, model_calls and model_calls_saved, ``tokens`` and ``cost`` as in the
+  summary, invalid_arguments (argument text that was not JSON), skipped_calls, results and
+  results_unlinked;
 * ``files``: path, formats found, lines, runs, ignored lines, problems, unreadable;
 * ``problems`` (the first 1000: file, line, where, message) and ``problems_total``.
 
@@ -39,6 +46,7 @@ from tripwire.replay.cost import BYTES_PER_TOKEN, Source
 from tripwire.replay.simulate import Report, RunResult
 
 SCHEMA: Final = "tripwire.replay/1"
+REASONS: Final = ("loop_detected", "no_progress")
 # Runs listed in the terminal table unless asked otherwise.
 DEFAULT_LIMIT: Final = 20
 # Tools listed in the terminal report.
@@ -78,6 +86,7 @@ def _run_json(run: RunResult) -> dict[str, Any]:
         "key": run.key,
         "stop_location": run.stop_location,
         "stop_call": run.stop_call,
+        "stop_message": run.stop_message,
         "steps_saved": run.steps_saved,
         "model_calls_saved": run.turns_saved,
         "tokens": {
@@ -96,6 +105,8 @@ def _run_json(run: RunResult) -> dict[str, Any]:
         },
         "invalid_arguments": run.invalid_arguments,
         "skipped_calls": run.skipped_calls,
+        "results": run.results,
+        "results_unlinked": run.results_unlinked,
     }
 
 
@@ -107,7 +118,10 @@ def summary(report: Report) -> dict[str, Any]:
     return {
         "files": len(report.files),
         "runs": t.runs,
+        "stopped": t.stopped,
         "looped": t.looped,
+        "no_progress": t.no_progress,
+        "reasons": {"loop_detected": t.looped, "no_progress": t.no_progress},
         "nudged": t.nudged,
         "nudged_only": t.nudged_only,
         "steps": t.steps,
@@ -131,6 +145,8 @@ def summary(report: Report) -> dict[str, Any]:
             "saved_share": None if cost_share is None else round(cost_share, 6),
         },
         "split_runs": report.split_runs,
+        "results": t.results,
+        "results_unlinked": t.results_unlinked,
     }
 
 
@@ -157,6 +173,8 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
             "nudge_at": settings.nudge_at,
             "stop_at": settings.stop_at,
             "volatile_keys": sorted(volatile),
+            "mode": settings.mode,
+            "tools": dict(settings.tools or {}),
             "prices": {
                 "unit": "USD per million tokens",
                 "input": prices.input,
@@ -170,6 +188,10 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
             {
                 "tool": name,
                 "stops": stats.stops,
+                "reasons": {
+                    "loop_detected": stats.stops - stats.no_progress,
+                    "no_progress": stats.no_progress,
+                },
                 "nudges": stats.nudges,
                 "steps_saved": stats.steps_saved,
                 "cost_saved": _money(stats.cost_saved),
@@ -271,13 +293,13 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def _select(runs: Iterable[RunResult], limit: int) -> list[RunResult]:
-    """The runs to list, in one pass: looped runs first, most money saved first; then runs
+    """The runs to list, in one pass: stopped runs first, most money saved first; then runs
     that were nudged; then the rest, in order. At most ``limit`` (0: all)."""
     looped: list[tuple[float, int, RunResult]] = []
     nudged: list[RunResult] = []
     rest: list[RunResult] = []
     for number, run in enumerate(runs):
-        if run.looped:
+        if run.stopped:
             item = (run.cost_saved, -number, run)
             if not limit or len(looped) < limit:
                 heapq.heappush(looped, item)
@@ -303,10 +325,15 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
         f"tripwire replay: {_n(files, 'file')}, {_n(s['runs'], 'run')}, "
         f"{_n(s['steps'], 'step')}, {_n(s['model_calls'], 'model call')}"
     )
+    mode = "results observed" if settings.observe else "hash only"
     out.append(
         f"guard: window {settings.window}, nudge at {settings.nudge_at}, "
-        f"stop at {settings.stop_at} ({tripwire.IMPLEMENTATION} core)"
+        f"stop at {settings.stop_at}, {mode} ({tripwire.IMPLEMENTATION} core)"
     )
+    if settings.tools:
+        policies = ", ".join(_policy(name, spec) for name, spec in settings.tools.items())
+        ignored = "" if settings.observe else " (ignored: hash only)"
+        out.append(f"tools: {policies}{ignored}")
     runs = report.runs
     if not len(runs):
         out.append("")
@@ -340,25 +367,27 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
         out.extend(_table(rows, right={1, 2, 3, 6, 7, 8, 9, 10}))
         hidden = len(runs) - len(shown)
         if hidden:
-            hidden_looped = s["looped"] - sum(1 for r in shown if r.looped)
+            hidden_stopped = s["stopped"] - sum(1 for r in shown if r.stopped)
             out.append(
                 f"... and {hidden:,} more run{'s' if hidden != 1 else ''}"
-                f" ({hidden_looped:,} looped); --limit 0 lists all, --json gives every figure"
+                f" ({hidden_stopped:,} stopped); --limit 0 lists all, --json gives every figure"
             )
-        stops = [r for r in shown if r.looped and r.stop_call is not None][:TOP_STOPS]
+        stops = [r for r in shown if r.stopped and r.stop_call is not None][:TOP_STOPS]
         if stops:
             out.append("")
-            out.append("Where the guard stops them (the call it refuses):")
+            out.append("Where the guard stops them (the call it refuses, and why):")
             for r in stops:
                 out.append(f"  {_clip(r.run, RUN_NAME_WIDTH)}  {_clip(r.stop_location or '', 90)}")
                 out.append(f"      {r.stop_call}")
+                if r.stop_message:
+                    out.append(f"      {r.stop_message}")
     if len(runs):
         out.append("")
         out.extend(_fleet(s))
     tools = [(name, stats) for name, stats in _tools(report) if stats.stops]
     if tools:
         out.append("")
-        out.append("Top offending tools (each loop stop is a report on the tool):")
+        out.append("Top offending tools (each stop is a report on the tool):")
         rows = [["  TOOL", "RUNS STOPPED", "NUDGES", "STEPS SAVED", "SAVED"]]
         mark = _mark(s["tokens"]["source"])
         for name, stats in tools[:TOP_TOOLS]:
@@ -379,6 +408,14 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
     return "\n".join(out) + "\n"
 
 
+def _policy(name: str, spec: Any) -> str:
+    """A tool's policy as given: ``deploy write``, ``build_status poll (max_polls 30)``."""
+    if not isinstance(spec, dict):
+        return f"{name} {spec}"
+    extra = ", ".join(f"{k} {json.dumps(v)}" for k, v in spec.items() if k != "policy")
+    return f"{name} {spec.get('policy')}" + (f" ({extra})" if extra else "")
+
+
 def _fleet(s: dict[str, Any]) -> list[str]:
     tokens = s["tokens"]
     cost = s["cost"]
@@ -386,7 +423,8 @@ def _fleet(s: dict[str, Any]) -> list[str]:
     runs = s["runs"]
     return [
         "Fleet:",
-        f"  runs         {runs:,}, of which {s['looped']:,} looped ({_pct(s['looped'], runs)})"
+        f"  runs         {runs:,}, of which {s['stopped']:,} stopped ({_pct(s['stopped'], runs)}:"
+        f" {s['looped']:,} looped, {s['no_progress']:,} no progress)"
         f" and {s['nudged_only']:,} more {'was' if s['nudged_only'] == 1 else 'were'} nudged"
         " but not stopped",
         f"  steps        {s['steps_saved']:,} of {s['steps']:,} saved"
@@ -418,6 +456,16 @@ def _notes(report: Report, s: dict[str, Any]) -> list[str]:
     if prices.cached is not None:
         price += f", ${prices.cached:g}/MTok cached input"
     notes = [f"Prices: {price}; {_SOURCE_NOTES[s['tokens']['source']]}."]
+    settings = report.settings
+    if settings.observe and s["runs"] and not s["results"]:
+        notes.append("No tool results in these traces: the verdicts are the hash-only ones.")
+    if settings.observe and s["results_unlinked"]:
+        unlinked = s["results_unlinked"]
+        notes.append(
+            f"{unlinked:,} tool result{'s' if unlinked != 1 else ''} matched no call of"
+            f" {'their' if unlinked != 1 else 'its'} run and {'were' if unlinked != 1 else 'was'}"
+            " ignored."
+        )
     if report.split_runs:
         notes.append(
             f"{report.split_runs:,} run{'s' if report.split_runs != 1 else ''} interleaved with"

@@ -25,17 +25,32 @@ Semantics, chosen to match the guard's own:
 * A call whose arguments the guard refuses (nested deeper than it allows) is reported as bad
   input and is not a step.
 * Each run's guard is ``Settings.guard()``: window, thresholds and volatile keys as given, no
-  step budget and no per-tool policies (a trace does not say which tools only read), so every
-  stop is ``loop_detected``. Call ids are not passed (see ``tripwire.replay.formats``).
+  step budget, and the tool policies given (``Settings.tools``, as ``Guard(tools=...)`` takes
+  them: a trace does not say which tools only read, write or poll). Call ids are not passed to
+  the guard (see ``tripwire.replay.formats``).
+* **Results** (``Settings.observe``, the default): each tool result in the trace is given to
+  ``Guard.observe`` with the verdict of the call it belongs to (linked by call id), when it
+  comes, so before the next check, as a harness would. Then the guard tells progress from
+  loops: a repeat whose result changed is not one, polls may wait, and cycles and runs of
+  empty results stop with ``no_progress``. The results of calls the guard nudged are not
+  observed (it would not have run them; the model got the real answer in the trace). A result
+  no call of its run is waiting for (an unknown id, an answered one, a call before a resumed
+  log began) is ignored and counted (``results_unlinked``), not reported as bad input: real
+  traces have such results. Results after a run's stop are not looked at: the run is over.
+  ``observe=False`` is the hash-only guard from before results (issue #6), for comparison:
+  results and tool policies are ignored, and verdicts rest on call keys alone.
 
 Runs are identified by file and run name: the same name in two files is two runs. A run ends
 with its conversation, or else with its file. Memory is bounded whatever the trace's size:
 
 * At most ``MAX_OPEN_RUNS`` runs are held open at once (a guard and a few counters each,
-  about 2 KB). Past that, the run not seen for longest is finished early: in a trace whose
-  runs are contiguous it is long over, so nothing changes; should it appear again it goes on
-  as a new part (``RunResult.part``) with a fresh guard, and the report counts such splits
-  (the last ``MAX_EVICTED`` runs finished early are remembered for that).
+  about 2 KB, and the verdicts of calls whose results have not come yet: at most
+  ``MAX_PENDING`` a run, the oldest forgotten first, as the guard's window is shorter
+  anyway; dropped as they are answered and when the run ends). Past that, the run not seen
+  for longest is finished early: in a trace whose runs are contiguous it is long over, so
+  nothing changes; should it appear again it goes on as a new part (``RunResult.part``) with
+  a fresh guard, and the report counts such splits (the last ``MAX_EVICTED`` runs finished
+  early are remembered for that).
 * Finished runs go to a ``RunStore``, which keeps the first ``SPILL_AFTER`` in memory and
   spills the rest to a temporary file; fleet totals and per-tool figures are summed as runs
   finish (``Totals``, ``ToolStats``), so nothing needs all runs in memory at once.
@@ -50,7 +65,7 @@ import pickle
 import tempfile
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
@@ -62,12 +77,15 @@ from tripwire.replay.formats import (
     FileStats,
     Problem,
     Reader,
+    Result,
     RunEnd,
     Turn,
     location,
 )
 
 MAX_OPEN_RUNS: Final = 10_000
+# Verdicts of calls waiting for their results, per run (see the module's docstring).
+MAX_PENDING: Final = 256
 MAX_EVICTED: Final = 50_000
 # Finished runs kept in memory before they go to a temporary file (see ``RunStore``).
 SPILL_AFTER: Final = 10_000
@@ -85,6 +103,15 @@ class Settings:
     # None: the guard's default volatile keys.
     volatile_keys: frozenset[str] | None = None
     prices: Prices = field(default_factory=Prices)
+    # Give the guard the traces' tool results (False: the hash-only guard).
+    observe: bool = True
+    # Tool name -> policy, as ``Guard(tools=...)`` takes them; not applied in hash-only mode.
+    tools: Mapping[str, Any] | None = None
+
+    @property
+    def mode(self) -> str:
+        """``observe`` (results observed) or ``hash-only``."""
+        return "observe" if self.observe else "hash-only"
 
     def guard(self) -> tripwire.Guard:
         return tripwire.Guard(
@@ -92,6 +119,18 @@ class Settings:
             nudge_at=self.nudge_at,
             stop_at=self.stop_at,
             volatile_keys=self.volatile_keys,
+            tools=self.tools if self.observe else None,
+        )
+
+    def check(self) -> None:
+        """Raises what ``Guard`` raises for these settings (the tool policies too, in either
+        mode): ``TypeError``, ``ValueError`` or ``OverflowError``."""
+        tripwire.Guard(
+            window=self.window,
+            nudge_at=self.nudge_at,
+            stop_at=self.stop_at,
+            volatile_keys=self.volatile_keys,
+            tools=self.tools,
         )
 
 
@@ -115,9 +154,11 @@ class RunResult:
     repeats: int | None
     key: str | None
     # Where the stopped call is in the trace ("file:line", or "file (messages[12])"), and the
-    # call itself, its arguments in canonical JSON clipped to ``CALL_PREVIEW`` characters.
+    # call itself, its arguments in canonical JSON clipped to ``CALL_PREVIEW`` characters;
+    # the guard's message (why it stopped).
     stop_location: str | None
     stop_call: str | None
+    stop_message: str | None
     steps_saved: int
     turns_saved: int
     tokens_source: Source
@@ -130,10 +171,21 @@ class RunResult:
     cost_guarded: float
     invalid_arguments: int
     skipped_calls: int
+    # Tool results linked to a call checked before the stop; results that matched no call.
+    results: int = 0
+    results_unlinked: int = 0
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_step is not None
 
     @property
     def looped(self) -> bool:
         return self.reason == "loop_detected"
+
+    @property
+    def no_progress(self) -> bool:
+        return self.reason == "no_progress"
 
     @property
     def cost_saved(self) -> float:
@@ -146,9 +198,11 @@ class RunResult:
 
 @dataclass(slots=True)
 class ToolStats:
-    """One tool across the fleet: how often the guard stopped or nudged a run on it."""
+    """One tool across the fleet: how often the guard stopped or nudged a run on it (``stops``
+    of any reason; ``no_progress`` of them for that reason, the rest ``loop_detected``)."""
 
     stops: int = 0
+    no_progress: int = 0
     nudges: int = 0
     steps_saved: int = 0
     cost_saved: float = 0.0
@@ -175,6 +229,8 @@ class _Run:
         "out_saved",
         "output",
         "part",
+        "pending",
+        "results",
         "seq",
         "skipped",
         "source",
@@ -185,6 +241,7 @@ class _Run:
         "transcript",
         "turns",
         "turns_saved",
+        "unlinked",
     )
 
     def __init__(
@@ -213,6 +270,10 @@ class _Run:
         self.transcript = 0
         self.invalid = 0
         self.skipped = 0
+        # Call id -> verdict of a call whose result has not come yet (created when needed).
+        self.pending: dict[str, tripwire.Verdict] | None = None
+        self.results = 0
+        self.unlinked = 0
 
     def result(self) -> RunResult:
         stop = self.stop
@@ -234,6 +295,7 @@ class _Run:
             key=stop.key if stop is not None else None,
             stop_location=self.stop_location,
             stop_call=self.stop_call,
+            stop_message=stop.message if stop is not None else None,
             steps_saved=self.steps - (stop_step - 1) if stop_step is not None else 0,
             turns_saved=self.turns_saved,
             tokens_source=self.source,
@@ -246,6 +308,8 @@ class _Run:
             cost_guarded=self.cost_guarded,
             invalid_arguments=self.invalid,
             skipped_calls=self.skipped,
+            results=self.results,
+            results_unlinked=self.unlinked,
         )
 
 
@@ -254,7 +318,9 @@ class Totals:
     """Fleet totals, summed as runs finish."""
 
     runs: int = 0
+    stopped: int = 0
     looped: int = 0
+    no_progress: int = 0
     nudged: int = 0
     nudged_only: int = 0
     steps: int = 0
@@ -269,10 +335,14 @@ class Totals:
     cost: float = 0.0
     cost_guarded: float = 0.0
     tokens_source: Source = "none"
+    results: int = 0
+    results_unlinked: int = 0
 
     def add(self, run: RunResult) -> None:
         self.runs += 1
+        self.stopped += run.stopped
         self.looped += run.looped
+        self.no_progress += run.no_progress
         self.nudged += run.nudges > 0
         self.nudged_only += run.nudges > 0 and run.stop_step is None
         self.steps += run.steps
@@ -287,6 +357,8 @@ class Totals:
         self.cost += run.cost
         self.cost_guarded += run.cost_guarded
         self.tokens_source = combine(self.tokens_source, run.tokens_source)
+        self.results += run.results
+        self.results_unlinked += run.results_unlinked
 
 
 class RunStore:
@@ -382,6 +454,7 @@ class Fleet:
         self.settings = settings
         self._cost = settings.prices.cost
         self._volatile = settings.volatile_keys
+        self._observe = settings.observe
         self._open: OrderedDict[tuple[int, str], _Run] = OrderedDict()
         # Runs finished early, to number their parts should they come back; the oldest are
         # forgotten past MAX_EVICTED (one coming back after that is reported as a new run).
@@ -394,6 +467,8 @@ class Fleet:
         self.problems: list[Problem] = []
         self.problems_total = 0
         self.split_runs = 0
+        # Results of runs with no open run (before their first call, or after it was split).
+        self.orphan_results = 0
         self._keep = keep_problems
         self._on_problem = on_problem
 
@@ -420,6 +495,9 @@ class Fleet:
                 else:
                     open_runs.move_to_end(key)
                 self._turn(run, event, path)
+            elif type(event) is Result:
+                if self._observe:
+                    self._result(file_index, event, path)
             elif type(event) is Problem:
                 self.problem(event)
             elif type(event) is RunEnd:
@@ -456,6 +534,7 @@ class Fleet:
 
     def _finish(self, run: _Run) -> None:
         run.guard = None
+        run.pending = None
         result = run.result()
         self._runs.append(result)
         self._totals.add(result)
@@ -465,6 +544,7 @@ class Fleet:
         if result.stop_step is not None and result.tool is not None:
             tool = self._tool(result.tool)
             tool.stops += 1
+            tool.no_progress += result.no_progress
             tool.steps_saved += result.steps_saved
             tool.cost_saved += result.cost_saved
 
@@ -513,17 +593,19 @@ class Fleet:
         assert guard is not None
         calls = turn.calls
         steps_before = run.steps
-        verdicts: Sequence[tripwire.Verdict]
+        # (index of the call in the turn, its verdict, whether it is the first of its key).
+        verdicts: Sequence[tuple[int, tripwire.Verdict, bool]]
         try:
             if len(calls) == 1:
                 name, args, is_text = calls[0]
-                verdicts = (guard.check_json(name, args) if is_text else guard.check(name, args),)
+                only = guard.check_json(name, args) if is_text else guard.check(name, args)
+                verdicts = ((0, only, True),)
             else:
                 verdicts = self._check_turn(guard, calls)
         except (RecursionError, TypeError, ValueError) as exc:
             verdicts = self._check_each(run, guard, turn, path, exc)
-        for verdict in verdicts:
-            if verdict.duplicate_of is not None:
+        for _, verdict, first in verdicts:
+            if not first:
                 continue
             if verdict.invalid_arguments is not None:
                 run.invalid += 1
@@ -537,13 +619,71 @@ class Fleet:
                 # Without the guard, the whole turn would have run, one step per distinct call.
                 run.stop = verdict
                 run.guard = None  # the run is over as far as the guard is concerned
+                run.pending = None
                 run.stop_location = location(path, turn.line, turn.where)
                 run.stop_call = _preview(verdict.tool, calls, verdict.key, self._volatile)
                 run.steps = steps_before + self._distinct(calls)
                 return
         run.steps = guard.steps
+        ids = turn.call_ids
+        if ids is not None and self._observe:
+            self._await_results(run, ids, verdicts)
 
-    def _check_turn(self, guard: tripwire.Guard, calls: list[Call]) -> list[tripwire.Verdict]:
+    def _await_results(
+        self,
+        run: _Run,
+        ids: list[str | None],
+        verdicts: Sequence[tuple[int, tripwire.Verdict, bool]],
+    ) -> None:
+        """Remembers the verdicts of the turn's calls that have ids, for their results."""
+        pending = run.pending
+        if pending is None:
+            pending = run.pending = {}
+        if len(verdicts) == 1 and len(ids) == 1:  # the common case, quickly
+            call_id = ids[0]
+            if call_id is not None:
+                pending.pop(call_id, None)
+                pending[call_id] = verdicts[0][1]
+                if len(pending) > MAX_PENDING:
+                    del pending[next(iter(pending))]
+            return
+        for index, verdict, _ in verdicts:
+            call_id = ids[index] if index < len(ids) else None
+            if call_id is None:
+                continue
+            # A reused id belongs to its latest call: the older one's result is long in.
+            pending.pop(call_id, None)
+            pending[call_id] = verdict
+            if len(pending) > MAX_PENDING:
+                del pending[next(iter(pending))]
+
+    def _result(self, file_index: int, result: Result, path: str) -> None:
+        """A tool result: to the guard, with the verdict of the call it belongs to."""
+        key = (file_index, result.run)
+        run = self._open.get(key)
+        if run is None:
+            self.orphan_results += 1
+            return
+        self._open.move_to_end(key)
+        if run.stop is not None:
+            return  # the run is over: what it did next is not replayed
+        verdict = run.pending.pop(result.call_id, None) if run.pending else None
+        if verdict is None:
+            run.unlinked += 1
+            return
+        run.results += 1
+        if verdict.action != "allow":
+            return
+        guard = run.guard
+        assert guard is not None
+        try:
+            guard.observe(verdict, result.value)
+        except (RecursionError, TypeError, ValueError) as exc:
+            self.problem(Problem(path, result.line, f"result not observed: {exc}", result.where))
+
+    def _check_turn(
+        self, guard: tripwire.Guard, calls: list[Call]
+    ) -> list[tuple[int, tripwire.Verdict, bool]]:
         prepared: list[tuple[str, Any]] = []
         for name, args, is_text in calls:
             if is_text:
@@ -552,41 +692,49 @@ class Fleet:
                 except ValueError:
                     return self._check_each_turn(guard, calls)
             prepared.append((name, args))
-        return guard.check_turn(prepared)
+        verdicts = guard.check_turn(prepared)
+        return [(i, v, v.duplicate_of is None) for i, v in enumerate(verdicts)]
 
-    def _check_each_turn(self, guard: tripwire.Guard, calls: list[Call]) -> list[tripwire.Verdict]:
+    def _check_each_turn(
+        self, guard: tripwire.Guard, calls: list[Call]
+    ) -> list[tuple[int, tripwire.Verdict, bool]]:
         """``check_turn``'s rule (identical calls of a turn are one action) applied call by
         call, for a turn with arguments that are not valid JSON text."""
-        verdicts: list[tripwire.Verdict] = []
-        seen: set[object] = set()
-        for call in calls:
+        verdicts: list[tuple[int, tripwire.Verdict, bool]] = []
+        seen: dict[object, tripwire.Verdict] = {}
+        for index, call in enumerate(calls):
             key = self._key(call)
-            if key in seen:
+            first = seen.get(key)
+            if first is not None:
+                verdicts.append((index, first, False))
                 continue
-            seen.add(key)
             name, args, is_text = call
-            verdicts.append(guard.check_json(name, args) if is_text else guard.check(name, args))
+            verdict = guard.check_json(name, args) if is_text else guard.check(name, args)
+            seen[key] = verdict
+            verdicts.append((index, verdict, True))
         return verdicts
 
     def _check_each(
         self, run: _Run, guard: tripwire.Guard, turn: Turn, path: str, error: BaseException
-    ) -> list[tripwire.Verdict]:
+    ) -> list[tuple[int, tripwire.Verdict, bool]]:
         """A turn the guard refused as a whole: check its calls one at a time, skipping and
         reporting the ones it refuses (a failed check leaves the guard as it was)."""
-        verdicts: list[tripwire.Verdict] = []
-        seen: set[object] = set()
-        for name, args, is_text in turn.calls:
+        verdicts: list[tuple[int, tripwire.Verdict, bool]] = []
+        seen: dict[object, tripwire.Verdict] = {}
+        for index, (name, args, is_text) in enumerate(turn.calls):
             try:
                 key = self._key((name, args, is_text))
-                if key in seen:
+                first = seen.get(key)
+                if first is not None:
+                    verdicts.append((index, first, False))
                     continue
                 verdict = guard.check_json(name, args) if is_text else guard.check(name, args)
             except (RecursionError, TypeError, ValueError) as exc:
                 run.skipped += 1
                 self.problem(Problem(path, turn.line, f"call to {name} skipped: {exc}", turn.where))
                 continue
-            seen.add(key)
-            verdicts.append(verdict)
+            seen[key] = verdict
+            verdicts.append((index, verdict, True))
             if verdict.action == "stop":
                 break
         return verdicts
@@ -621,6 +769,8 @@ class Fleet:
     def report(self, files: list[FileStats]) -> Report:
         for key in sorted(self._open, key=lambda k: self._open[k].seq):
             self._finish(self._open.pop(key))
+        self._totals.results_unlinked += self.orphan_results
+        self.orphan_results = 0
         return Report(
             settings=self.settings,
             runs=self._runs,
@@ -680,7 +830,13 @@ def replay(
             fleet.problem(Problem(label, None, "no stdin to read"))
             continue
         file_tick = None if tick is None else _bind(tick, stats)
-        reader = Reader(label, stats, stdin=stdin if path == STDIN else None, tick=file_tick)
+        reader = Reader(
+            label,
+            stats,
+            stdin=stdin if path == STDIN else None,
+            tick=file_tick,
+            results=fleet.settings.observe,
+        )
         fleet.feed(index, stats, reader)
     return fleet.report(files)
 
