@@ -43,5 +43,23 @@ bench:
 	$(PY) -m pytest benches -q -p no:randomly
 	$(PY) benches/memory.py
 
+# Differential fuzzing, native vs reference (fuzz/README.md): each target for $(SECONDS) s,
+# new inputs kept in fuzz/work/<target>/, seeds read from fuzz/corpus/<target>/.
+SECONDS ?= 60
+FUZZ_FLAGS ?=
+
+.PHONY: fuzz
+fuzz: $(PY)
+	$(PY) -m pip install -q atheris
+	mkdir -p fuzz/work/call_key_json fuzz/work/call_key
+	$(PY) fuzz/fuzz_call_key_json.py fuzz/work/call_key_json fuzz/corpus/call_key_json \
+		-dict=fuzz/json.dict -max_len=4096 -timeout=20 -rss_limit_mb=4096 \
+		-max_total_time=$(SECONDS) -print_final_stats=1 \
+		-artifact_prefix=fuzz/work/call_key_json/ $(FUZZ_FLAGS)
+	$(PY) fuzz/fuzz_call_key.py fuzz/work/call_key fuzz/corpus/call_key \
+		-max_len=2048 -timeout=20 -rss_limit_mb=4096 \
+		-max_total_time=$(SECONDS) -print_final_stats=1 \
+		-artifact_prefix=fuzz/work/call_key/ $(FUZZ_FLAGS)
+
 .PHONY: all
 all: format lint typecheck test

@@ -507,9 +507,9 @@ fn limits_arg<'py>(
         }
         _ => None,
     };
-    // Past the checks, a window too large to allocate is an OverflowError, as for the
+    // Past the checks, a window beyond a C ssize_t is an OverflowError, as for the
     // reference's deque; nudge_at and stop_at are at most window + 1, so they fit too.
-    let window: usize = window.extract()?;
+    let window: usize = window.extract::<isize>()?.unsigned_abs();
     let nudge_at: u32 = nudge_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
     let stop_at: u32 = stop_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
     Limits::new(window, nudge_at, stop_at, max_steps).map_err(PyValueError::new_err)
