@@ -183,9 +183,16 @@ impl<V, R, N> Default for Released<V, R, N> {
 
 impl<V, R, N> Released<V, R, N> {
     pub fn absorb(&mut self, mut other: Released<V, R, N>) {
-        self.verdicts.append(&mut other.verdicts);
-        self.results.append(&mut other.results);
-        self.names.append(&mut other.names);
+        // Nearly always empty: skip the (non-inlined) copies then.
+        if !other.verdicts.is_empty() {
+            self.verdicts.append(&mut other.verdicts);
+        }
+        if !other.results.is_empty() {
+            self.results.append(&mut other.results);
+        }
+        if !other.names.is_empty() {
+            self.names.append(&mut other.names);
+        }
     }
 }
 
@@ -242,9 +249,16 @@ pub struct RunState<V, R, N> {
     cache_order: VecDeque<Key>,
     /// Checks of each poll tool's call so far this run (not only in the window).
     polls: HashMap<Key, u32>,
+    /// Whether any result was observed this run: until one is, the verdicts are the
+    /// hash-only ones and the progress checks are skipped (the common, cheapest path).
+    observed: bool,
     /// Tool names seen this run, by id: entries hold ids, messages need names.
     tool_ids: NameMap<u32>,
     tool_names: Vec<N>,
+    /// Names by id (the map's keys, again), and the last tool interned: agents call the
+    /// same tool again and again, and a comparison is cheaper than hashing.
+    tool_bytes: Vec<Box<[u8]>>,
+    last_tool: Option<u32>,
 }
 
 impl<V, R, N> Default for RunState<V, R, N> {
@@ -258,8 +272,11 @@ impl<V, R, N> Default for RunState<V, R, N> {
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
             polls: HashMap::new(),
+            observed: false,
             tool_ids: NameMap::default(),
             tool_names: Vec::new(),
+            tool_bytes: Vec::new(),
+            last_tool: None,
         }
     }
 }
@@ -280,12 +297,22 @@ impl<V, R, N> RunState<V, R, N> {
 
     /// The id of a tool, by its name's bytes; `name` makes its handle the first time.
     pub fn intern_tool(&mut self, bytes: &[u8], name: impl FnOnce() -> N) -> u32 {
-        if let Some(&id) = self.tool_ids.get(bytes) {
-            return id;
+        if let Some(id) = self.last_tool {
+            if *self.tool_bytes[id as usize] == *bytes {
+                return id;
+            }
         }
-        let id = self.tool_names.len() as u32;
-        self.tool_ids.insert(bytes.into(), id);
-        self.tool_names.push(name());
+        let id = match self.tool_ids.get(bytes) {
+            Some(&id) => id,
+            None => {
+                let id = self.tool_names.len() as u32;
+                self.tool_ids.insert(bytes.into(), id);
+                self.tool_bytes.push(bytes.into());
+                self.tool_names.push(name());
+                id
+            }
+        };
+        self.last_tool = Some(id);
         id
     }
 
@@ -335,6 +362,19 @@ impl<V, R, N> RunState<V, R, N> {
         } else {
             Detail::Plain
         };
+        if !self.observed {
+            // No results yet: the hash-only verdict.
+            let (action, reason) = if repeats >= limits.stop_at {
+                (Action::Stop, Some(Reason::LoopDetected))
+            } else if over_budget {
+                (Action::Stop, Some(Reason::BudgetExhausted))
+            } else if repeats >= limits.nudge_at {
+                (Action::Nudge, None)
+            } else {
+                (Action::Allow, None)
+            };
+            return decision(action, reason, repeats, Detail::Plain);
+        }
         let (empty_run, empty_detail) = self.empty_run(tool);
         if repeats >= limits.stop_at {
             return decision(
@@ -377,6 +417,9 @@ impl<V, R, N> RunState<V, R, N> {
     /// had its result observed (see `_unchanged_repeats` in the reference).
     fn unchanged_repeats(&self, key: Key) -> (u32, bool) {
         let earlier = || self.window.iter().filter(|e| e.key == key);
+        if !self.observed {
+            return (earlier().count() as u32 + 1, false);
+        }
         let Some(last) = earlier().filter_map(|e| e.result).next_back() else {
             return (earlier().count() as u32 + 1, false);
         };
@@ -514,6 +557,7 @@ impl<V, R, N> RunState<V, R, N> {
         {
             entry.result = Some(result);
             entry.empty = empty;
+            self.observed = true;
         }
     }
 
