@@ -43,7 +43,7 @@ with atheris.instrument_imports(include=["tripwire", "json"]):
     import tripwire.reference as reference
 
 import tripwire._core as native
-from _differential import describe_exception, outcome, play_guard, safe_repr, same
+from _differential import Mismatch, describe_exception, outcome, play_guard, safe_repr, same
 
 # str.split()'s 29 whitespace code points, then look-alikes it does not split on.
 WHITESPACE = (
@@ -465,6 +465,36 @@ class Described:
         return f"{self.data!r} -> {safe_repr(build(self.data))}"
 
 
+# Known open findings (regression tests in tests/test_hostile.py) are skipped, so that
+# fuzzing goes on looking for new ones; TRIPWIRE_FUZZ_KNOWN=report turns the skipping off
+# (do, once they are fixed).
+SKIP_KNOWN = os.environ.get("TRIPWIRE_FUZZ_KNOWN", "skip") != "report"
+
+
+def has_mutating_callbacks(value: Any) -> bool:
+    """Whether ``value`` holds a str whose ``split`` changes its container."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or len(seen) > 10_000:
+            continue
+        seen.add(id(item))
+        if isinstance(item, SplitStr) and getattr(item, "mode", 0) in (2, 3, 4):
+            return True
+        if isinstance(item, Model):
+            stack.append(item.payload)
+        elif type(item) in (list, tuple, dict, OrderedDict, DictSub, ListSub, ItemsDict):
+            stack.extend(dict.values(item) if isinstance(item, dict) else item)
+    return False
+
+
+def known(data: bytes) -> bool:
+    """Finding 7: ``observe`` of a result that cannot be keyed keys it again in Python (its
+    callbacks run twice), so a result whose callbacks change it diverges."""
+    return SKIP_KNOWN and has_mutating_callbacks(build(data)[3])
+
+
 def TestOneInput(data: bytes) -> None:
     same(
         "call_key/canonical_json/call_keys",
@@ -472,12 +502,16 @@ def TestOneInput(data: bytes) -> None:
         keyed(reference, data),
         Described(data),
     )
-    same(
-        "Guard.check/observe/record",
-        guarded(native, data),
-        guarded(reference, data),
-        Described(data),
-    )
+    try:
+        same(
+            "Guard.check/observe/record",
+            guarded(native, data),
+            guarded(reference, data),
+            Described(data),
+        )
+    except Mismatch:
+        if not known(data):
+            raise
 
 
 def main() -> None:

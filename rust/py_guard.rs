@@ -559,21 +559,19 @@ impl Guard {
                 .extract()?;
             return Ok((parse_digest(&digest)?, empty));
         }
-        let digest = match canonical_key(
-            py,
-            &PyString::new(py, "result"),
-            result,
-            &self.default_volatile,
-        ) {
+        let result_name = PyString::new(py, "result");
+        let digest = match canonical_key(py, &result_name, result, &self.default_volatile) {
             Ok(key) => key,
-            // The reference keys what it cannot key by its repr; let it.
+            // What cannot be keyed is keyed by its repr, as the reference's `result_digest`
+            // does; done here rather than by calling it, which would key the result again and
+            // run its callbacks twice.
             Err(err)
                 if err.is_instance_of::<PyTypeError>(py)
                     || err.is_instance_of::<PyValueError>(py)
                     || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py) =>
             {
-                let digest: String = helpers.result_digest.bind(py).call1((result,))?.extract()?;
-                parse_digest(&digest)?
+                let repr = result.repr()?;
+                canonical_key(py, &result_name, repr.as_any(), &self.default_volatile)?
             }
             Err(err) => return Err(err),
         };

@@ -855,6 +855,43 @@ def test_str_subclass_names_in_messages_backends_agree() -> None:
     assert messages[0] == messages[1]
 
 
+# -- results whose callbacks have side effects -----------------------------------------------------
+
+
+def popping_result() -> list[Any]:
+    """FINDING 7's input (fuzz_call_key, minimised): a result list holding an int past the
+    digit limit (so its key fails and it is keyed by its repr), and a str whose ``split``
+    pops the list's first item each time it runs."""
+    result: list[Any] = [-314, 10**4300, decimal.Decimal("NaN")]
+    result += [split_str("", lambda: result.pop(0) and None), -1910717602451869]
+    return result
+
+
+@requires_native
+def test_observe_of_a_result_whose_callbacks_mutate_it_backends_agree() -> None:
+    """FINDING 7 (fuzz_call_key, after 28 minutes). ``observe`` keys a result; when that
+    fails, the native core hands the result to the reference's ``result_digest``, which keys
+    it again from the start: the result's callbacks run twice. Here the second run has
+    popped the big int, so the repr the reference cannot write (ValueError) becomes one the
+    native core can: it observes a result where the reference raises."""
+    outcomes = []
+    for module in (NATIVE, REFERENCE):
+        guard = module.Guard()
+        verdict = guard.check("issue_refund", True)
+        outcomes.append((outcome(guard.observe, verdict, popping_result())[0], state(guard)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_observe_runs_a_results_callbacks_once(module: ModuleType) -> None:
+    """FINDING 7, directly: a result that cannot be keyed (it holds a set) is keyed by its
+    repr; its str subclass's ``split`` runs once, as in the reference, not once per attempt."""
+    calls: list[int] = []
+    guard = module.Guard()
+    verdict = guard.check("t", 1)
+    guard.observe(verdict, [split_str("x", lambda: calls.append(1)), {1, 2}])
+    assert len(calls) == 1
+
+
 # -- absurd guard settings -------------------------------------------------------------------------
 
 
