@@ -51,6 +51,8 @@ fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
 pub struct VolatileKeys {
     set: Py<PyFrozenSet>,
     names: Vec<Vec<u8>>,
+    /// The same names, for lookups.
+    lookup: crate::guard::NameMap<()>,
     /// Bit n set when some name has n code points (n < 64): most keys are ruled out by
     /// their length alone, without comparing text.
     lengths: u64,
@@ -101,8 +103,13 @@ impl VolatileKeys {
             let count = Text::Wtf8(name).code_points().count();
             mask | if count < 64 { 1 << count } else { 1 << 63 }
         });
+        let lookup = names
+            .iter()
+            .map(|n| (n.clone().into_boxed_slice(), ()))
+            .collect();
         Ok(VolatileKeys {
             set: set.unbind(),
+            lookup,
             names,
             lengths,
             only_exact_str,
@@ -128,7 +135,16 @@ impl VolatileKeys {
         if self.lengths & bit == 0 {
             return false;
         }
-        self.names.iter().any(|name| key.same_as(Text::Wtf8(name)))
+        // A set lookup, not a scan: a caller may pass thousands of volatile keys.
+        match key {
+            Text::Latin1(bytes) if bytes.is_ascii() => self.lookup.contains_key(bytes),
+            _ => {
+                let mut wtf8 = Vec::with_capacity(count * 3);
+                key.code_points()
+                    .for_each(|c| canon::push_wtf8(&mut wtf8, c));
+                self.lookup.contains_key(wtf8.as_slice())
+            }
+        }
     }
 }
 

@@ -643,6 +643,18 @@ impl Guard {
         })
     }
 
+    /// Decides one prepared call: the verdict object is made after the lock is released,
+    /// and so are the objects the state let go of dropped.
+    fn decide_one(&self, py: Python<'_>, call: &Prepared<'_>) -> PyResult<Py<Verdict>> {
+        let mut released = Released::default();
+        let verdict = {
+            let mut state = self.lock();
+            self.decide_locked(py, &mut state, call, &mut released)
+        };
+        drop(released);
+        Py::new(py, verdict)
+    }
+
     /// Decides one call with the state locked by the caller.
     fn decide_locked(
         &self,
@@ -807,13 +819,7 @@ impl Guard {
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Verdict>> {
         let call = self.prepare(py, name, args, call_id)?;
-        let mut released = Released::default();
-        let verdict = {
-            let mut state = self.lock();
-            self.decide_locked(py, &mut state, &call, &mut released)
-        };
-        drop(released);
-        Py::new(py, verdict)
+        self.decide_one(py, &call)
     }
 
     /// `check` for arguments given as JSON text (OpenAI-style `arguments`).
@@ -826,13 +832,7 @@ impl Guard {
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Verdict>> {
         let call = self.prepare_json(py, name, text, call_id)?;
-        let mut released = Released::default();
-        let verdict = {
-            let mut state = self.lock();
-            self.decide_locked(py, &mut state, &call, &mut released)
-        };
-        drop(released);
-        Py::new(py, verdict)
+        self.decide_one(py, &call)
     }
 
     /// Verdicts for all tool calls of one model response; see the reference for the rules.
