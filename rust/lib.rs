@@ -8,6 +8,7 @@ pub mod key;
 mod py_canon;
 mod py_guard;
 mod py_json;
+pub mod shapes;
 
 use pyo3::prelude::*;
 

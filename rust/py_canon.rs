@@ -13,10 +13,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString};
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::canon::{self, Text};
 use crate::key::{key_of, Key};
+use crate::shapes::ShapeCache;
 
 pub use crate::canon::MAX_DEPTH;
 
@@ -49,6 +51,8 @@ fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
 /// The dict keys to drop, held both as a Python frozenset (for the reference helpers) and as
 /// WTF-8 bytes (so exact `str` keys are tested without calling into Python).
 pub struct VolatileKeys {
+    /// Unique to this set, for the shapes chosen under it ([`ShapeCache`]).
+    id: u64,
     set: Py<PyFrozenSet>,
     names: Vec<Vec<u8>>,
     /// The same names, for lookups.
@@ -107,7 +111,9 @@ impl VolatileKeys {
             .iter()
             .map(|n| (n.clone().into_boxed_slice(), ()))
             .collect();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(VolatileKeys {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             set: set.unbind(),
             lookup,
             names,
@@ -248,6 +254,7 @@ struct Deferred<'py> {
 struct Walker<'a, 'py> {
     py: Python<'py>,
     volatile: &'a VolatileKeys,
+    shapes: &'a mut ShapeCache,
     out: Vec<u8>,
     deferred: Vec<Deferred<'py>>,
 }
@@ -349,31 +356,38 @@ impl<'py> Walker<'_, 'py> {
                 // Non-str keys sort and compare as only Python knows: the whole dict goes back.
                 return self.hand_to_python(dict.as_any(), depth);
             }
-            if value.is_none() {
-                continue;
-            }
             // SAFETY: exact str, checked above.
             let key = unsafe { key.cast_into_unchecked::<PyString>() };
             // SAFETY: the view borrows the key's characters, and the entry owns a reference
             // to the key for as long as the view lives; str objects are immutable.
             let text: Text<'py> = unsafe { std::mem::transmute(text_of(&key)?) };
-            if self.volatile.contains(text) {
-                continue;
-            }
             entries.push(Entry {
                 text,
                 _key: key,
                 value,
             });
         }
-        entries.sort_unstable_by(|a, b| a.text.cmp_code_points(b.text));
+        // Which keys are written, in which order and how, depends on the keys alone: it is
+        // worked out once per layout of keys (and volatile set) and remembered.
+        let volatile = self.volatile;
+        let shape = self.shapes.lookup(
+            volatile.id,
+            entries.len(),
+            |i| entries[i].text,
+            |text| volatile.contains(text),
+        );
         self.out.push(b'{');
-        for (n, entry) in entries.iter().enumerate() {
-            if n > 0 {
+        let mut first = true;
+        for (index, rendered_key) in shape.kept() {
+            let entry = &entries[index];
+            if entry.value.is_none() {
+                continue;
+            }
+            if !first {
                 self.out.push(b',');
             }
-            canon::write_str(&mut self.out, entry.text);
-            self.out.push(b':');
+            first = false;
+            self.out.extend_from_slice(rendered_key);
             self.value(&entry.value, depth + 1)?;
         }
         self.out.push(b'}');
@@ -446,6 +460,11 @@ thread_local! {
     static BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+thread_local! {
+    /// The key layouts this thread's walks met lately (see [`ShapeCache`]).
+    static SHAPES: std::cell::Cell<ShapeCache> = std::cell::Cell::new(ShapeCache::default());
+}
+
 /// Buffers larger than this are not kept for the next call.
 const KEPT_BUFFER_BYTES: usize = 1 << 20;
 
@@ -489,18 +508,25 @@ fn write_canonical(
             .call((name, args), Some(&kwargs))?;
         return Ok(bytes.cast_into::<PyBytes>()?.as_bytes().to_vec());
     }
+    // Taken out while in use, so a re-entrant call (from a callback) starts a cache of its own.
+    let mut shapes = SHAPES.with(|s| s.take());
     let mut walker = Walker {
         py,
         volatile,
+        shapes: &mut shapes,
         out,
         deferred: Vec::new(),
     };
     walker.out.extend_from_slice(b"{\"args\":");
-    walker.value(args, 0)?;
-    walker.out.extend_from_slice(b",\"tool\":");
-    canon::write_str(&mut walker.out, text_of(name)?);
-    walker.out.push(b'}');
-    walker.finish()
+    let walked = walker.value(args, 0);
+    let written = walked.and_then(|()| {
+        walker.out.extend_from_slice(b",\"tool\":");
+        canon::write_str(&mut walker.out, text_of(name)?);
+        walker.out.push(b'}');
+        walker.finish()
+    });
+    SHAPES.with(|s| s.set(shapes));
+    written
 }
 
 /// `call_key(name, args, /, *, volatile_keys=None) -> str`
