@@ -238,21 +238,21 @@ static CLASS: [u8; 256] = latin1_classes();
 
 /// Masks of 16 bytes: bit k is set when byte k is...
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Masks {
+pub(crate) struct Masks {
     /// ...not [`PLAIN`] (spaces included), or past the end of the string;
-    special: u32,
+    pub(crate) special: u32,
     /// ...a space (U+0020);
-    space: u32,
+    pub(crate) space: u32,
     /// ...one of the ASCII whitespace characters Python splits on (U+0009..U+000D,
     /// U+001C..U+0020).
-    white: u32,
+    pub(crate) white: u32,
 }
 
 /// [`Masks`] of the 16 bytes from `bytes[i]`, for `bytes` of at least 16 bytes. Near the end
 /// the last 16 bytes are read and the masks shifted, so nothing is copied and nothing past
 /// the end is read.
 #[inline(always)]
-fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
+pub(crate) fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
     if let Some(Ok(chunk)) = bytes.get(i..i + 16).map(<&[u8; 16]>::try_from) {
         return raw_masks(chunk);
     }
@@ -278,14 +278,23 @@ fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn raw_masks(chunk: &[u8; 16]) -> Masks {
-    use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8,
-        _mm_or_si128, _mm_set1_epi8, _mm_sub_epi8,
-    };
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128};
     // SAFETY: SSE2 is always available on x86_64; the unaligned load reads exactly the 16
     // bytes of `chunk`.
+    vector_masks(unsafe { _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>()) }).0
+}
+
+/// [`Masks`] of the 16 bytes in `v`, and its ASCII whitespace bytes as a vector (0xff where
+/// set), with SSE2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn vector_masks(v: std::arch::x86_64::__m128i) -> (Masks, std::arch::x86_64::__m128i) {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, _mm_sub_epi8,
+    };
+    // SAFETY: SSE2 is always available on x86_64; these only compute on registers.
     unsafe {
-        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
         // Signed compare: below 0x21 catches the controls and the space, and also every
         // byte from 0x80 up (negative as i8), all of which are special.
         let low_or_high = _mm_cmplt_epi8(v, _mm_set1_epi8(0x21));
@@ -303,11 +312,12 @@ fn raw_masks(chunk: &[u8; 16]) -> Masks {
             _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(4)), x)
         };
         let white = _mm_or_si128(in_range(0x09), in_range(0x1c));
-        Masks {
+        let masks = Masks {
             special: _mm_movemask_epi8(special) as u32,
             space: _mm_movemask_epi8(space) as u32,
             white: _mm_movemask_epi8(white) as u32,
-        }
+        };
+        (masks, white)
     }
 }
 
@@ -436,16 +446,16 @@ pub fn write_collapsed_str(out: &mut Vec<u8>, text: Text<'_>) {
 
 /// The state of `" ".join(s.split())` between two code points.
 #[derive(Default)]
-struct Collapse {
+pub(crate) struct Collapse {
     /// Whitespace seen since the last word: written only if another word follows, so
     /// leading and trailing whitespace disappear.
-    pending_space: bool,
-    in_word: bool,
+    pub(crate) pending_space: bool,
+    pub(crate) in_word: bool,
 }
 
 impl Collapse {
     #[inline]
-    fn push(&mut self, out: &mut Vec<u8>, c: u32) {
+    pub(crate) fn push(&mut self, out: &mut Vec<u8>, c: u32) {
         if is_python_whitespace(c) {
             self.pending_space = self.in_word;
         } else {
@@ -464,98 +474,139 @@ impl Collapse {
     }
 }
 
-/// The one-byte-unit case of [`write_collapsed_str`]. Runs of printable ASCII, single
-/// spaces between printable characters included, are copied whole (that is most of any
-/// prose or code), found 16 bytes at a time; runs of ASCII whitespace are skipped whole;
-/// characters to escape go one by one.
+/// The one-byte-unit case of [`write_collapsed_str`]: with SSSE3 where the processor has
+/// it (nearly every x86_64 one), else 16 bytes at a time with SSE2 or portable code; short
+/// strings (most values) in one go when they need nothing but copying.
 fn write_collapsed_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
-    let n = bytes.len();
-    let mut i = 0;
-    let mut state = Collapse::default();
-    if n < 16 {
-        while i < n {
-            let run = plain_run(&bytes[i..], state.in_word && !state.pending_space);
-            if run > 0 {
-                state.start_word(out);
-                out.extend_from_slice(&bytes[i..i + run]);
-                i += run;
-            }
-            // Whitespace and characters to escape, up to the next plain byte.
-            while let Some(&b) = bytes.get(i) {
-                if CLASS[b as usize] == PLAIN {
-                    break;
-                }
-                let (c, len) = code_point_at::<WTF8>(bytes, i, b);
-                state.push(out, c);
-                i += len;
-            }
-        }
+    if bytes.len() < 16 {
+        write_short_collapsed::<WTF8>(out, bytes);
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("ssse3") && std::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the processor has SSSE3 and POPCNT, checked just above.
+        unsafe { crate::pack::write_collapsed_bytes::<WTF8>(out, bytes) };
+        return;
+    }
+    write_collapsed_bytes_portable::<WTF8>(out, bytes);
+}
+
+/// [`write_collapsed_bytes`] without SSSE3. Runs of printable ASCII, single spaces between
+/// printable characters included, are copied whole (that is most of any prose or code),
+/// found 16 bytes at a time; runs of ASCII whitespace are skipped whole; characters to
+/// escape go one by one.
+fn write_collapsed_bytes_portable<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() < 16 {
+        write_short_collapsed::<WTF8>(out, bytes);
+        return;
+    }
+    let (n, mut i) = (bytes.len(), 0);
+    let mut state = Collapse::default();
     while i < n {
-        let m = chunk_masks(bytes, i);
-        // A space is copied as it is only between two plain characters. For bit 0 the left
-        // neighbour is what came before the chunk; for bit 15 the right one is not in the
-        // chunk, so such a space goes the slow way (it may start a run of whitespace).
-        let after_word = state.in_word && !state.pending_space;
-        let left_special = (m.special << 1) | u32::from(!after_word);
-        let right_special = (m.special >> 1) | (1 << 15);
-        let width = (n - i).min(16);
-        let in_chunk = !(u32::MAX << width);
-        let mut bad =
-            ((m.special & !m.space) | (m.space & (left_special | right_special))) & in_chunk;
-        let white = m.white & in_chunk;
-        let mut k = 0;
-        loop {
-            let next = (bad.trailing_zeros() as usize).min(width);
-            if next > k {
-                // A run never starts with a space (one after a plain character would be in
-                // the run before it), so a pending space is due now.
-                state.start_word(out);
-                push_run(out, bytes, i + k, next - k);
-            }
-            let Some(&b) = bytes.get(i + next).filter(|_| next < width) else {
-                i += width;
-                break;
-            };
-            if white >> next & 1 != 0 {
-                // A run of ASCII whitespace: all of it is one pending space.
-                state.pending_space = state.in_word;
-                k = next + (!(white >> next)).trailing_zeros() as usize;
-            } else {
-                let (c, len) = code_point_at::<WTF8>(bytes, i + next, b);
-                state.push(out, c);
-                k = next + len;
-            }
-            if k >= width {
-                i += k;
-                break;
-            }
-            // Bits already handled (whitespace runs, continuation bytes) are done with.
-            bad &= u32::MAX << k;
-        }
+        i = collapse_chunk::<WTF8>(out, bytes, n, i, chunk_masks(bytes, i), &mut state);
     }
 }
 
-/// The length of the run at the start of `bytes` that `" ".join(s.split())` keeps as it is:
-/// plain characters, and single spaces between two of them (one at the start only when
-/// `after_word`). The scalar version of the masks above, for strings under 16 bytes.
-#[inline]
-fn plain_run(bytes: &[u8], after_word: bool) -> usize {
-    let plain = |k: usize| bytes.get(k).is_some_and(|&b| CLASS[b as usize] == PLAIN);
-    let mut k = 0;
-    let mut prev_plain = after_word;
-    while let Some(&b) = bytes.get(k) {
-        if CLASS[b as usize] == PLAIN {
-            prev_plain = true;
-        } else if b == b' ' && prev_plain && plain(k + 1) {
-            prev_plain = false;
-        } else {
-            break;
-        }
-        k += 1;
+/// [`write_collapsed_bytes`] of fewer than 16 bytes, from a padded copy: in one go when
+/// they are printable ASCII with single spaces between words (most short values), else as
+/// one chunk of a long string.
+fn write_short_collapsed<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    let padded = padded_short(bytes);
+    let Some(chunk) = padded.first_chunk::<16>() else {
+        return;
+    };
+    let mut m = raw_masks(chunk);
+    let in_chunk = !(u32::MAX << n);
+    m.special |= !in_chunk & 0xffff;
+    // Spaces are kept only with plain neighbours (not at either end).
+    let lonely_space = m.space & ((m.special << 1 | 1) | (m.special >> 1));
+    if (m.special & !m.space | lonely_space) & in_chunk == 0 {
+        push_run(out, &padded, 0, n);
+    } else {
+        collapse_chunk::<WTF8>(out, &padded, n, 0, m, &mut Collapse::default());
     }
-    k
+}
+
+/// `bytes` (fewer than 16 of them) followed by plain bytes up to 32, so that 16-byte reads
+/// from any of them stay inside. Copied with two overlapping loads where they fit (cheaper
+/// than a `memcpy` call of a variable length).
+#[inline(always)]
+fn padded_short(bytes: &[u8]) -> [u8; 32] {
+    let n = bytes.len();
+    let mut padded = [b'a'; 32];
+    let halves = |width: usize| (bytes.get(..width), bytes.get(n.saturating_sub(width)..));
+    match n {
+        8..16 => {
+            if let (Some(head), Some(tail)) = halves(8) {
+                padded[..8].copy_from_slice(head);
+                padded[n - 8..n].copy_from_slice(tail);
+            }
+        }
+        4..8 => {
+            if let (Some(head), Some(tail)) = halves(4) {
+                padded[..4].copy_from_slice(head);
+                padded[n - 4..n].copy_from_slice(tail);
+            }
+        }
+        _ => padded
+            .iter_mut()
+            .zip(bytes)
+            .for_each(|(slot, &b)| *slot = b),
+    }
+    padded
+}
+
+/// Collapses the (up to) 16 bytes from `bytes[i]` of the string `bytes[..end]` (`bytes`
+/// may go on with padding, to read 16 bytes at a time), whose masks are `m` (bits past
+/// `end` set in `m.special`), and returns where the next chunk starts: past this one, or
+/// past the multi-byte code point that straddles its end.
+#[inline(always)]
+pub(crate) fn collapse_chunk<const WTF8: bool>(
+    out: &mut Vec<u8>,
+    bytes: &[u8],
+    end: usize,
+    i: usize,
+    m: Masks,
+    state: &mut Collapse,
+) -> usize {
+    // A space is copied as it is only between two plain characters. For bit 0 the left
+    // neighbour is what came before the chunk; for bit 15 the right one is not in the
+    // chunk, so such a space goes the slow way (it may start a run of whitespace).
+    let after_word = state.in_word && !state.pending_space;
+    let left_special = (m.special << 1) | u32::from(!after_word);
+    let right_special = (m.special >> 1) | (1 << 15);
+    let width = (end - i).min(16);
+    let in_chunk = !(u32::MAX << width);
+    let mut bad = ((m.special & !m.space) | (m.space & (left_special | right_special))) & in_chunk;
+    let white = m.white & in_chunk;
+    let mut k = 0;
+    loop {
+        let next = (bad.trailing_zeros() as usize).min(width);
+        if next > k {
+            // A run never starts with a space (one after a plain character would be in
+            // the run before it), so a pending space is due now.
+            state.start_word(out);
+            push_run(out, bytes, i + k, next - k);
+        }
+        let Some(&b) = bytes.get(i + next).filter(|_| next < width) else {
+            return i + width;
+        };
+        if white >> next & 1 != 0 {
+            // A run of ASCII whitespace: all of it is one pending space.
+            state.pending_space = state.in_word;
+            k = next + (!(white >> next)).trailing_zeros() as usize;
+        } else {
+            let (c, len) = code_point_at::<WTF8>(bytes, i + next, b);
+            state.push(out, c);
+            k = next + len;
+        }
+        if k >= width {
+            return i + k;
+        }
+        // Bits already handled (whitespace runs, continuation bytes) are done with.
+        bad &= u32::MAX << k;
+    }
 }
 
 /// The byte-at-a-time originals of the two functions above, kept as the reference the fast
@@ -944,9 +995,14 @@ mod tests {
     #[test]
     fn chunked_latin1_writers_match_the_scalar_ones() {
         for case in chunk_boundary_cases() {
-            let (mut fast, mut slow) = (Vec::new(), Vec::new());
-            write_collapsed_bytes::<false>(&mut fast, &case);
+            let mut slow = Vec::new();
             scalar::write_latin1_collapsed(&mut slow, &case);
+            let mut fast = Vec::new();
+            write_collapsed_bytes_portable::<false>(&mut fast, &case);
+            assert_eq!(fast, slow, "collapsed {case:?}");
+            // The dispatching writer: the SSSE3 path where the processor has it.
+            let mut fast = Vec::new();
+            write_collapsed_bytes::<false>(&mut fast, &case);
             assert_eq!(fast, slow, "collapsed {case:?}");
             let (mut fast, mut slow) = (Vec::new(), Vec::new());
             write_escaped_bytes::<false>(&mut fast, &case);
@@ -991,6 +1047,14 @@ mod tests {
                 assert_eq!(
                     escaped(Text::Wtf8(&wtf8)),
                     escaped(Text::Ucs4(&code_points)),
+                    "{code_points:x?}"
+                );
+                let mut portable = b"\"".to_vec();
+                write_collapsed_bytes_portable::<true>(&mut portable, &wtf8);
+                portable.push(b'"');
+                assert_eq!(
+                    String::from_utf8(portable).unwrap(),
+                    collapsed(Text::Ucs4(&code_points)),
                     "{code_points:x?}"
                 );
             }

@@ -5,6 +5,7 @@ pub mod canon;
 pub mod guard;
 pub mod json;
 pub mod key;
+mod pack;
 mod py_canon;
 mod py_guard;
 mod py_json;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::canon::{self, Text};
 use crate::key::{key_of, Key};
-use crate::shapes::ShapeCache;
+use crate::shapes::{KeyHandle, ShapeCache};
 
 pub use crate::canon::MAX_DEPTH;
 
@@ -234,12 +234,20 @@ fn too_deep() -> PyErr {
     PyRecursionError::new_err(format!("arguments nested deeper than {MAX_DEPTH} levels"))
 }
 
-/// A dict entry being written: the key's characters, the key itself (owned, which keeps
-/// those characters alive even if a callback changes the dict) and the value.
+/// A dict entry being written: the key and the value, owned (a callback into Python later
+/// in the walk may change the dict).
 struct Entry<'py> {
-    text: Text<'py>,
-    _key: Bound<'py, PyString>,
+    key: Bound<'py, PyString>,
     value: Bound<'py, PyAny>,
+}
+
+/// A dict key held by a remembered shape ([`ShapeCache`]).
+struct HeldKey(Py<PyString>);
+
+impl KeyHandle for HeldKey {
+    fn address(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
 }
 
 /// A corner handed to Python: where its JSON text goes, the normalised value, and how deep
@@ -254,7 +262,7 @@ struct Deferred<'py> {
 struct Walker<'a, 'py> {
     py: Python<'py>,
     volatile: &'a VolatileKeys,
-    shapes: &'a mut ShapeCache,
+    shapes: &'a mut ShapeCache<HeldKey>,
     out: Vec<u8>,
     deferred: Vec<Deferred<'py>>,
 }
@@ -356,26 +364,35 @@ impl<'py> Walker<'_, 'py> {
                 // Non-str keys sort and compare as only Python knows: the whole dict goes back.
                 return self.hand_to_python(dict.as_any(), depth);
             }
-            // SAFETY: exact str, checked above.
-            let key = unsafe { key.cast_into_unchecked::<PyString>() };
-            // SAFETY: the view borrows the key's characters, and the entry owns a reference
-            // to the key for as long as the view lives; str objects are immutable.
-            let text: Text<'py> = unsafe { std::mem::transmute(text_of(&key)?) };
             entries.push(Entry {
-                text,
-                _key: key,
+                // SAFETY: exact str, checked above.
+                key: unsafe { key.cast_into_unchecked::<PyString>() },
                 value,
             });
         }
         // Which keys are written, in which order and how, depends on the keys alone: it is
         // worked out once per layout of keys (and volatile set) and remembered.
         let volatile = self.volatile;
-        let shape = self.shapes.lookup(
-            volatile.id,
-            entries.len(),
-            |i| entries[i].text,
-            |text| volatile.contains(text),
-        );
+        let address = |i: usize| entries[i].key.as_ptr() as usize;
+        let shape = match self
+            .shapes
+            .find_by_address(volatile.id, entries.len(), address)
+        {
+            Some(shape) => shape,
+            None => {
+                let texts = entries
+                    .iter()
+                    .map(|entry| text_of(&entry.key))
+                    .collect::<PyResult<SmallVec<[Text<'_>; 8]>>>()?;
+                self.shapes.lookup(
+                    volatile.id,
+                    entries.len(),
+                    |i| texts[i],
+                    |i| HeldKey(entries[i].key.clone().unbind()),
+                    |text| volatile.contains(text),
+                )
+            }
+        };
         self.out.push(b'{');
         let mut first = true;
         for (index, rendered_key) in shape.kept() {
@@ -462,7 +479,7 @@ thread_local! {
 
 thread_local! {
     /// The key layouts this thread's walks met lately (see [`ShapeCache`]).
-    static SHAPES: std::cell::Cell<ShapeCache> = std::cell::Cell::new(ShapeCache::default());
+    static SHAPES: std::cell::Cell<ShapeCache<HeldKey>> = std::cell::Cell::new(ShapeCache::default());
 }
 
 /// Buffers larger than this are not kept for the next call.

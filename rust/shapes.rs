@@ -8,6 +8,13 @@
 //! whose keys match a shape key for key (the same code points, in the same order, under the
 //! same volatile set) is written from it; values, and the leaving out of `null` values,
 //! stay per object.
+//!
+//! Comparing keys code unit by code unit is most of a lookup's cost, and most objects that
+//! share a layout share the very key objects too (CPython interns the keys written in
+//! source; `json.loads` reuses each key string within a document). So a shape also holds
+//! on to the key objects it was last matched with: an object whose keys are those same
+//! objects, by address, has the shape without a byte compared. Holding them is what makes
+//! the address proof: no other object can be given an address while it is in use.
 
 use std::rc::Rc;
 
@@ -20,11 +27,19 @@ pub const MAX_SHAPE_KEYS: usize = 32;
 /// How many shapes a cache keeps (the oldest goes first).
 const CACHE_SHAPES: usize = 16;
 
+/// A key object held by a shape, which keeps it alive (see the module documentation).
+pub trait KeyHandle {
+    /// Where the object lives, unique among live objects.
+    fn address(&self) -> usize;
+}
+
 /// What a walk writes an object's keys from.
-#[derive(Debug, Default)]
-pub struct Shape {
+#[derive(Debug)]
+pub struct Shape<H> {
     /// The volatile set the kept keys were chosen under ([`ShapeCache::lookup`]'s `volatile_id`).
     volatile_id: u64,
+    /// The key objects, in the object's order, of an object that had this shape lately.
+    handles: Vec<H>,
     /// Per key, in the object's order: its representation and where its code units end
     /// in `units`.
     keys: Vec<(Repr, usize)>,
@@ -63,7 +78,20 @@ fn raw(text: Text<'_>) -> (Repr, &[u8]) {
     }
 }
 
-impl Shape {
+impl<H> Default for Shape<H> {
+    fn default() -> Self {
+        Shape {
+            volatile_id: 0,
+            handles: Vec::new(),
+            keys: Vec::new(),
+            units: Vec::new(),
+            kept: Vec::new(),
+            rendered: Vec::new(),
+        }
+    }
+}
+
+impl<H: KeyHandle> Shape<H> {
     /// The kept keys in output order: each one's index in the object's order and its
     /// `"key":` text.
     pub fn kept(&self) -> impl Iterator<Item = (usize, &[u8])> {
@@ -73,6 +101,18 @@ impl Shape {
             start = end;
             (index, rendered)
         })
+    }
+
+    /// True when the object with `count` keys, the `i`th at `address(i)`, has this shape
+    /// because its keys are the very objects this shape holds.
+    fn holds(&self, volatile_id: u64, count: usize, address: &impl Fn(usize) -> usize) -> bool {
+        self.volatile_id == volatile_id
+            && self.handles.len() == count
+            && self
+                .handles
+                .iter()
+                .enumerate()
+                .all(|(i, handle)| handle.address() == address(i))
     }
 
     /// True when the object with `count` keys, the `i`th being `key(i)`, has this shape.
@@ -106,6 +146,7 @@ impl Shape {
         is_volatile: &impl Fn(Text<'_>) -> bool,
     ) {
         self.volatile_id = volatile_id;
+        self.handles.clear();
         self.keys.clear();
         self.units.clear();
         self.kept.clear();
@@ -131,30 +172,60 @@ impl Shape {
 }
 
 /// The shapes met lately, by one thread.
-#[derive(Default)]
-pub struct ShapeCache {
-    shapes: Vec<Rc<Shape>>,
+pub struct ShapeCache<H> {
+    shapes: Vec<Rc<Shape<H>>>,
     /// Where the next new shape goes once the cache is full.
     next: usize,
 }
 
-impl ShapeCache {
-    /// The shape of the object with `count` keys, the `i`th being `key(i)`, under the
-    /// volatile set numbered `volatile_id` that `is_volatile` tests: remembered, or built
-    /// (and remembered when the object is small enough to repeat cheaply).
+impl<H> Default for ShapeCache<H> {
+    fn default() -> Self {
+        ShapeCache {
+            shapes: Vec::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<H: KeyHandle> ShapeCache<H> {
+    /// The remembered shape of the object with `count` keys, the `i`th at `address(i)`,
+    /// under the volatile set numbered `volatile_id`, found by its key objects alone.
+    pub fn find_by_address(
+        &self,
+        volatile_id: u64,
+        count: usize,
+        address: impl Fn(usize) -> usize,
+    ) -> Option<Rc<Shape<H>>> {
+        self.shapes
+            .iter()
+            .find(|s| s.holds(volatile_id, count, &address))
+            .map(Rc::clone)
+    }
+
+    /// The shape of the object with `count` keys, the `i`th being `key(i)` and held by
+    /// `handle(i)`, under the volatile set numbered `volatile_id` that `is_volatile` tests:
+    /// remembered (and from now on found by these key objects), or built (and remembered
+    /// when the object is small enough to repeat cheaply).
     pub fn lookup<'k>(
         &mut self,
         volatile_id: u64,
         count: usize,
         key: impl Fn(usize) -> Text<'k>,
+        handle: impl Fn(usize) -> H,
         is_volatile: impl Fn(Text<'_>) -> bool,
-    ) -> Rc<Shape> {
-        if let Some(shape) = self
+    ) -> Rc<Shape<H>> {
+        if let Some(entry) = self
             .shapes
-            .iter()
+            .iter_mut()
             .find(|s| s.matches(volatile_id, count, &key))
         {
-            return Rc::clone(shape);
+            // Unless a walk is writing from it right now (an object nested in one of the
+            // same layout), the shape moves on to these key objects.
+            if let Some(shape) = Rc::get_mut(entry) {
+                shape.handles.clear();
+                shape.handles.extend((0..count).map(&handle));
+            }
+            return Rc::clone(entry);
         }
         if count > MAX_SHAPE_KEYS {
             let mut shape = Shape::default();
@@ -176,6 +247,7 @@ impl ShapeCache {
         }
         if let Some(shape) = Rc::get_mut(entry) {
             shape.rebuild(volatile_id, count, &key, &is_volatile);
+            shape.handles.extend((0..count).map(&handle));
         }
         Rc::clone(entry)
     }
@@ -185,15 +257,70 @@ impl ShapeCache {
 mod tests {
     use super::*;
 
-    fn kept(shape: &Shape) -> Vec<(usize, String)> {
+    /// Key objects in the tests: shared byte strings, told apart by address.
+    type Held = Rc<[u8]>;
+
+    impl KeyHandle for Held {
+        fn address(&self) -> usize {
+            self.as_ptr() as usize
+        }
+    }
+
+    fn kept(shape: &Shape<Held>) -> Vec<(usize, String)> {
         shape
             .kept()
             .map(|(i, r)| (i, String::from_utf8(r.to_vec()).unwrap()))
             .collect()
     }
 
-    fn lookup(cache: &mut ShapeCache, id: u64, keys: &[Text<'_>]) -> Rc<Shape> {
-        cache.lookup(id, keys.len(), |i| keys[i], |t| t.equals_str("request_id"))
+    /// A lookup of keys that are fresh objects each time, so only their bytes can match.
+    fn lookup(cache: &mut ShapeCache<Held>, id: u64, keys: &[Text<'_>]) -> Rc<Shape<Held>> {
+        let fresh = |i: usize| Held::from(format!("{:?}", keys[i]).into_bytes());
+        cache.lookup(
+            id,
+            keys.len(),
+            |i| keys[i],
+            fresh,
+            |t| t.equals_str("request_id"),
+        )
+    }
+
+    fn lookup_held(cache: &mut ShapeCache<Held>, keys: &[Held]) -> Rc<Shape<Held>> {
+        let text = |i: usize| Text::Latin1(&keys[i]);
+        cache.lookup(1, keys.len(), text, |i| Rc::clone(&keys[i]), |_| false)
+    }
+
+    fn find_held(cache: &ShapeCache<Held>, keys: &[Held]) -> Option<Rc<Shape<Held>>> {
+        cache.find_by_address(1, keys.len(), |i| keys[i].address())
+    }
+
+    #[test]
+    fn a_shape_is_found_by_the_key_objects_it_last_matched() {
+        let mut cache = ShapeCache::default();
+        let first: Vec<Held> = vec![Held::from(&b"a"[..]), Held::from(&b"b"[..])];
+        let second: Vec<Held> = first.iter().map(|k| Held::from(&k[..])).collect();
+        assert!(find_held(&cache, &first).is_none());
+        let shape = lookup_held(&mut cache, &first);
+        assert!(Rc::ptr_eq(&shape, &find_held(&cache, &first).unwrap()));
+        // Equal keys in other objects: found by their bytes, and from then on by address.
+        assert!(find_held(&cache, &second).is_none());
+        drop(shape);
+        let shape = lookup_held(&mut cache, &second);
+        assert!(Rc::ptr_eq(&shape, &find_held(&cache, &second).unwrap()));
+        assert!(find_held(&cache, &first).is_none());
+        assert_eq!(
+            Rc::strong_count(&first[0]),
+            1,
+            "the old key objects are let go"
+        );
+        // A shape in use (by an object of the same layout around this one) keeps its keys.
+        let third: Vec<Held> = first.iter().map(|k| Held::from(&k[..])).collect();
+        assert!(Rc::ptr_eq(&shape, &lookup_held(&mut cache, &third)));
+        assert!(find_held(&cache, &second).is_some());
+        assert_eq!(
+            kept(&shape),
+            [(0, r#""a":"#.to_string()), (1, r#""b":"#.to_string())]
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import tripwire
 import tripwire._keys
+import tripwire.reference
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tripwire.testing import (
@@ -171,6 +172,29 @@ def test_dict_insertion_order_does_not_matter(impl: Any) -> None:
     forward = {f"k{i}": i for i in range(40)}
     backward = dict(reversed(forward.items()))
     assert impl.canonical_json("t", forward) == impl.canonical_json("t", backward)
+
+
+def test_repeated_layouts_under_other_keys_orders_and_volatile_sets(impl: Any) -> None:
+    # The native core remembers key layouts (by key object, then by content): the same key
+    # objects in another order, equal keys in new objects, another volatile set, a layout
+    # nested in itself and more layouts than it remembers must each be written afresh.
+    keys = ["since", "request_id", "東京", "é", "a"]
+    fresh = ["".join(list(k)) for k in keys]
+    assert all(a == b and a is not b for a, b in zip(keys[:3], fresh[:3], strict=True))
+    layouts = [keys, list(reversed(keys)), fresh, keys[:3], keys[1:]] + [
+        [f"k{i}", f"k{i + 1}"] for i in range(40)
+    ]
+    for _ in range(2):
+        for layout in layouts:
+            args = {k: {k: [n, None]} for n, k in enumerate(layout)}
+            args["nested"] = {k: dict(args) for k in layout}
+            for volatile in (None, frozenset(), frozenset({"a", "東京"})):
+                expected = reference_json(args, volatile)
+                assert impl.canonical_json("t", args, volatile_keys=volatile) == expected
+
+
+def reference_json(args: Any, volatile: frozenset[str] | None) -> bytes:
+    return tripwire.reference.canonical_json("t", args, volatile_keys=volatile)
 
 
 # --- numbers -------------------------------------------------------------------------------
