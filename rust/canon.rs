@@ -341,6 +341,50 @@ fn raw_masks_portable(chunk: &[u8; 16]) -> Masks {
     m
 }
 
+/// Appends `bytes`, short ones (4 to 32 bytes: keys, numbers, most words) with two
+/// overlapping copies of a fixed size rather than a `memcpy` call of a variable length.
+#[inline(always)]
+pub fn push_small(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    if !(4..=32).contains(&n) {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    out.reserve(n);
+    let len = out.len();
+    let (src, width) = (
+        bytes.as_ptr(),
+        if n >= 16 {
+            16
+        } else if n >= 8 {
+            8
+        } else {
+            4
+        },
+    );
+    // SAFETY: `n` bytes of spare capacity were reserved. `width` <= `n`, so both copies read
+    // inside `bytes` (at 0 and at `n - width`) and write inside the `n` reserved bytes,
+    // which together they fill; then the length covers exactly them.
+    unsafe {
+        let dst = out.as_mut_ptr().add(len);
+        match width {
+            16 => {
+                std::ptr::copy_nonoverlapping(src, dst, 16);
+                std::ptr::copy_nonoverlapping(src.add(n - 16), dst.add(n - 16), 16);
+            }
+            8 => {
+                std::ptr::copy_nonoverlapping(src, dst, 8);
+                std::ptr::copy_nonoverlapping(src.add(n - 8), dst.add(n - 8), 8);
+            }
+            _ => {
+                std::ptr::copy_nonoverlapping(src, dst, 4);
+                std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
+            }
+        }
+        out.set_len(len + n);
+    }
+}
+
 /// Appends the first `run` bytes of `bytes[i..]`: with one 16-byte copy when 16 bytes are
 /// there (cheaper than a `memcpy` call of a variable length), else as a slice.
 #[inline(always)]
@@ -356,7 +400,7 @@ fn push_run(out: &mut Vec<u8>, bytes: &[u8], i: usize, run: usize) {
             // SAFETY: `run` ≤ 16 bytes of the spare capacity were just written.
             unsafe { out.set_len(len + run) };
         }
-        _ => out.extend_from_slice(&bytes[i..i + run]),
+        _ => push_small(out, &bytes[i..i + run]),
     }
 }
 
@@ -680,7 +724,7 @@ pub fn write_float_repr(out: &mut Vec<u8>, f: f64) {
     // positional notation, and so does zmij when it writes no exponent: same digits, same
     // layout, nothing to redo.
     if f.abs() >= 1e-4 && !shortest.contains(['e', 'E']) {
-        out.extend_from_slice(shortest.as_bytes());
+        push_small(out, shortest.as_bytes());
         return;
     }
     let (negative, digits, point) = split_decimal(shortest);
@@ -793,7 +837,7 @@ fn write_integral_float(out: &mut Vec<u8>, f: f64) {
         if f <= -1.0 {
             out.push(b'-');
         }
-        out.extend_from_slice(itoa::Buffer::new().format(f.abs() as u64).as_bytes());
+        push_small(out, itoa::Buffer::new().format(f.abs() as u64).as_bytes());
         return;
     }
     if f < 0.0 {
@@ -845,7 +889,7 @@ fn write_big_integral(out: &mut Vec<u8>, f: f64) {
 }
 
 pub fn write_i64(out: &mut Vec<u8>, value: i64) {
-    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+    push_small(out, itoa::Buffer::new().format(value).as_bytes());
 }
 
 #[cfg(test)]
@@ -868,6 +912,24 @@ mod tests {
         let mut out = Vec::new();
         write_str(&mut out, text);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn small_pushes_append_exactly_the_bytes() {
+        let source: Vec<u8> = (0..40).collect();
+        for n in 0..=40 {
+            for start in [0, 7] {
+                let mut out = b"head".to_vec();
+                push_small(&mut out, &source[..n]);
+                assert_eq!(&out[..4], b"head");
+                assert_eq!(&out[4..], &source[..n], "{n}");
+                out.truncate(start.min(out.len()));
+                let before = out.clone();
+                push_small(&mut out, &source[40 - n..]);
+                assert_eq!(out[..before.len()], before[..]);
+                assert_eq!(&out[before.len()..], &source[40 - n..], "{n}");
+            }
+        }
     }
 
     #[test]

@@ -404,7 +404,7 @@ impl<'py> Walker<'_, 'py> {
                 self.out.push(b',');
             }
             first = false;
-            self.out.extend_from_slice(rendered_key);
+            canon::push_small(&mut self.out, rendered_key);
             self.value(&entry.value, depth + 1)?;
         }
         self.out.push(b'}');
