@@ -260,9 +260,7 @@ impl Canon<'_, '_> {
         let mut chunk = start;
         let mut i = start;
         loop {
-            while i < len && s[i] != b'"' && s[i] != b'\\' && s[i] >= 0x20 {
-                i += 1;
-            }
+            i = string_stop(s, i);
             if i >= len {
                 return syntax("Unterminated string starting at", begin);
             }
@@ -352,8 +350,16 @@ impl Canon<'_, '_> {
                     self.out.push(b',');
                 }
                 let member_start = self.out.len();
-                let key_text = Text::Wtf8(str_bytes(self.s, &self.arena, key));
-                canon::write_str(&mut self.out, key_text);
+                match key {
+                    // Printable ASCII with nothing escaped: the text's own `"key"` is the
+                    // canonical one.
+                    Str::Input(a, b) if s[a..b].iter().all(|&c| c < 0x7f) => {
+                        canon::push_small(&mut self.out, &s[a - 1..=b]);
+                    }
+                    _ => {
+                        canon::write_str(&mut self.out, Text::Wtf8(str_bytes(s, &self.arena, key)))
+                    }
+                }
                 self.out.push(b':');
                 let (null, after_value) = self.value(i, depth)?;
                 let key_bytes = self.bytes(key);
@@ -418,8 +424,10 @@ impl Canon<'_, '_> {
                 self.out.push(b',');
             }
             first = false;
-            self.out
-                .extend_from_slice(&spare[member.start - region..member.end - region]);
+            canon::push_small(
+                &mut self.out,
+                &spare[member.start - region..member.end - region],
+            );
         }
     }
 
@@ -448,6 +456,49 @@ impl Canon<'_, '_> {
         self.out.push(b']');
         Ok(i + 1)
     }
+}
+
+/// The first offset from `i` on that ends a run of a string's plain characters: a quote,
+/// a backslash, a control character, or the end of the text.
+#[inline(always)]
+fn string_stop(s: &[u8], mut i: usize) -> usize {
+    while let Some(Ok(chunk)) = s.get(i..i + 16).map(<&[u8; 16]>::try_from) {
+        let stops = string_stops(chunk);
+        if stops != 0 {
+            return i + stops.trailing_zeros() as usize;
+        }
+        i += 16;
+    }
+    while i < s.len() && s[i] != b'"' && s[i] != b'\\' && s[i] >= 0x20 {
+        i += 1;
+    }
+    i
+}
+
+/// Bit k set when byte k of `chunk` is a quote, a backslash or a control character.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn string_stops(chunk: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    // SAFETY: SSE2 is always available on x86_64; the load reads exactly `chunk`.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+        // Unsigned `v < 0x20` is `min(v, 0x1f) == v`.
+        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        _mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, backslash))) as u32
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn string_stops(chunk: &[u8; 16]) -> u32 {
+    chunk.iter().enumerate().fold(0, |mask, (k, &b)| {
+        mask | u32::from(b == b'"' || b == b'\\' || b < 0x20) << k
+    })
 }
 
 /// Equality of two short byte strings (keys), inline: a `memcmp` call costs more.

@@ -16,17 +16,17 @@ pub fn key_of(canonical: &[u8]) -> Key {
 
 /// The key as users see it: 16 lowercase hex digits, the prefix of the SHA-256 hexdigest.
 pub fn key_hex(key: Key) -> String {
-    key_hex_ascii(&mut [0; 16], key).to_string()
+    key_hex_digits(key).iter().map(|&d| char::from(d)).collect()
 }
 
-/// The key's 16 hex digits, written into `buffer` without allocating.
-pub fn key_hex_ascii(buffer: &mut [u8; 16], key: Key) -> &str {
+/// The key's 16 hex digits as ASCII bytes, without allocating.
+pub fn key_hex_digits(key: Key) -> [u8; 16] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, digit) in buffer.iter_mut().enumerate() {
+    let mut digits = [0u8; 16];
+    for (i, digit) in digits.iter_mut().enumerate() {
         *digit = HEX[(key >> (60 - 4 * i) & 0xf) as usize];
     }
-    // Hex digits are ASCII.
-    std::str::from_utf8(buffer).unwrap_or_default()
+    digits
 }
 
 pub fn parse_key_hex(text: &str) -> Option<Key> {

@@ -190,8 +190,7 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
 /// A key as the `str` users see: its 16 hex digits, written straight into a new ASCII
 /// string (no UTF-8 decoding of a temporary).
 pub fn key_str(py: Python<'_>, key: Key) -> PyResult<Bound<'_, PyString>> {
-    let mut digits = [0u8; 16];
-    crate::key::key_hex_ascii(&mut digits, key);
+    let digits = crate::key::key_hex_digits(key);
     // SAFETY: PyUnicode_New(16, 127) makes a compact ASCII str with room for 16 one-byte
     // characters (plus its NUL), which are written before anyone else sees the object; a
     // NULL return (out of memory) becomes the raised error.

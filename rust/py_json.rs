@@ -4,9 +4,10 @@
 use std::borrow::Cow;
 
 use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyList, PySequence, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
 
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
@@ -285,7 +286,8 @@ pub fn call_key_json<'py>(
 /// One JSON-text call of a batch, owned so it can be keyed without the GIL.
 struct Pending<'py> {
     index: usize,
-    name: Vec<u8>,
+    /// The tool name, as an index into the batch's [`ToolNames`].
+    name: usize,
     text: JsonText<'py>,
     /// The call as given, for the rare texts keyed again with the GIL.
     call: (Py<PyString>, Py<PyAny>),
@@ -348,7 +350,9 @@ pub fn call_keys<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let threads = threads_arg(threads)?;
     let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let mut keys: Vec<Key> = Vec::new();
+    let mut calls = Calls::new(calls)?;
+    let mut keys: Vec<Key> = Vec::with_capacity(calls.len_hint());
+    let mut names = ToolNames::default();
     let mut pending: Vec<Pending<'py>> = Vec::new();
     let mut pending_bytes = 0;
     // The batch is read and keyed a block at a time, so that each text is still in cache
@@ -361,31 +365,40 @@ pub fn call_keys<'py>(
     // The first error met while reading the batch; JSON texts before it are still keyed, so
     // that the error reported is the one with the lowest index, as in the reference.
     let mut first_error: Option<(usize, PyErr)> = None;
-    let mut iter = calls.try_iter()?.enumerate();
+    let mut index = 0;
     loop {
-        let done = match iter.next() {
+        let done = match calls.next() {
             None => true,
-            Some((_, Err(err))) => {
+            Some(Err(err)) => {
                 // The iterable's own error belongs to no call: it gets no note.
                 first_error = Some((usize::MAX, err));
                 true
             }
-            Some((index, Ok(call))) => {
-                let step = read_call(py, index, &call, &volatile, &mut keys, &mut pending);
+            Some(Ok(call)) => {
+                let step = read_call(
+                    py,
+                    index,
+                    &call,
+                    &volatile,
+                    &mut names,
+                    &mut keys,
+                    &mut pending,
+                );
+                index += 1;
                 match step {
                     Ok(bytes) => {
                         pending_bytes += bytes;
                         false
                     }
                     Err(err) => {
-                        first_error = Some((index, err));
+                        first_error = Some((index - 1, err));
                         true
                     }
                 }
             }
         };
         if done || pending_bytes >= block_bytes || pending.len() >= BLOCK_CALLS {
-            key_block(py, &pending, &volatile, threads, &mut keys)?;
+            key_block(py, &pending, &names.wtf8, &volatile, threads, &mut keys)?;
             pending.clear();
             pending_bytes = 0;
         }
@@ -396,12 +409,93 @@ pub fn call_keys<'py>(
     match first_error {
         Some((usize::MAX, err)) => Err(err),
         Some((index, err)) => Err(add_note(py, err, index)),
-        None => PyList::new(
-            py,
-            keys.into_iter()
-                .map(|key| key_str(py, key))
-                .collect::<PyResult<Vec<_>>>()?,
-        ),
+        None => key_list(py, &keys),
+    }
+}
+
+/// The calls of a batch: read by index from a list or tuple (as their iterators do, so a
+/// list that a callback grows is read to its new end), else through an iterator.
+enum Calls<'py> {
+    List(Bound<'py, PyList>, usize),
+    Tuple(Bound<'py, PyTuple>, usize),
+    Iter(Bound<'py, PyIterator>),
+}
+
+impl<'py> Calls<'py> {
+    fn new(calls: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(list) = calls.cast_exact::<PyList>() {
+            Ok(Calls::List(list.clone(), 0))
+        } else if let Ok(tuple) = calls.cast_exact::<PyTuple>() {
+            Ok(Calls::Tuple(tuple.clone(), 0))
+        } else {
+            Ok(Calls::Iter(calls.try_iter()?))
+        }
+    }
+
+    /// How many calls there are, where that is known without running Python code.
+    fn len_hint(&self) -> usize {
+        match self {
+            Calls::List(list, _) => list.len(),
+            Calls::Tuple(tuple, _) => tuple.len(),
+            Calls::Iter(_) => 0,
+        }
+    }
+
+    fn next(&mut self) -> Option<PyResult<Bound<'py, PyAny>>> {
+        match self {
+            Calls::List(list, i) => {
+                let item = list.get_item(*i).ok()?;
+                *i += 1;
+                Some(Ok(item))
+            }
+            Calls::Tuple(tuple, i) => {
+                let item = tuple.get_item(*i).ok()?;
+                *i += 1;
+                Some(Ok(item))
+            }
+            Calls::Iter(iter) => iter.next(),
+        }
+    }
+}
+
+/// The tool names of a batch as WTF-8, each converted once for a run of calls that pass
+/// the same name object (most batches name a handful of tools, each many times).
+#[derive(Default)]
+struct ToolNames<'py> {
+    wtf8: Vec<Vec<u8>>,
+    /// The last name met, held (so that no other object can take its address) with its
+    /// index in `wtf8`.
+    last: Option<(Bound<'py, PyString>, usize)>,
+}
+
+impl<'py> ToolNames<'py> {
+    fn index_of(&mut self, name: &Bound<'py, PyString>) -> PyResult<usize> {
+        if let Some((last, index)) = &self.last {
+            if last.is(name) {
+                return Ok(*index);
+            }
+        }
+        let index = self.wtf8.len();
+        self.wtf8.push(wtf8_of(name)?);
+        self.last = Some((name.clone(), index));
+        Ok(index)
+    }
+}
+
+/// The keys as a list of `str`, built in place.
+fn key_list<'py>(py: Python<'py>, keys: &[Key]) -> PyResult<Bound<'py, PyList>> {
+    let len = ffi::Py_ssize_t::try_from(keys.len())
+        .map_err(|_| PyValueError::new_err("too many calls"))?;
+    // SAFETY: PyList_New gives a list of `len` NULL slots (or NULL, raised as the error);
+    // each slot is set exactly once, with a new reference that the list takes over. Until
+    // then the list is only seen here, and a list with NULL slots is safe to free.
+    unsafe {
+        let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(len))?;
+        for (i, &key) in keys.iter().enumerate() {
+            let text = key_str(py, key)?;
+            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, text.into_ptr());
+        }
+        Ok(list.cast_into_unchecked::<PyList>())
     }
 }
 
@@ -419,21 +513,11 @@ fn read_call<'py>(
     index: usize,
     call: &Bound<'py, PyAny>,
     volatile: &VolatileKeys,
+    names: &mut ToolNames<'py>,
     keys: &mut Vec<Key>,
     pending: &mut Vec<Pending<'py>>,
 ) -> PyResult<usize> {
-    let pair = call
-        .cast::<PySequence>()
-        .ok()
-        .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
-        .filter(|seq| seq.len().ok() == Some(2));
-    let Some(pair) = pair else {
-        return Err(PyTypeError::new_err(format!(
-            "call {index} must be a (name, args) pair, not {}",
-            call.get_type().name()?
-        )));
-    };
-    let (name, args) = (pair.get_item(0)?, pair.get_item(1)?);
+    let (name, args) = call_pair(index, call)?;
     let is_text = args.is_instance_of::<PyString>()
         || args.is_instance_of::<PyBytes>()
         || args.is_instance_of::<PyByteArray>();
@@ -443,9 +527,9 @@ fn read_call<'py>(
         let bytes = text.bytes.len();
         pending.push(Pending {
             index,
-            name: wtf8_of(name)?,
+            name: names.index_of(name)?,
             text,
-            call: (name.clone().unbind(), args.clone().unbind()),
+            call: (name.clone().unbind(), args.unbind()),
         });
         keys.push(0);
         Ok(bytes)
@@ -458,10 +542,35 @@ fn read_call<'py>(
     }
 }
 
+/// The `(name, args)` of call `index`: any sequence of two that is not text.
+fn call_pair<'py>(
+    index: usize,
+    call: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    if let Ok(tuple) = call.cast_exact::<PyTuple>() {
+        if tuple.len() == 2 {
+            return Ok((tuple.get_item(0)?, tuple.get_item(1)?));
+        }
+    }
+    let pair = call
+        .cast::<PySequence>()
+        .ok()
+        .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
+        .filter(|seq| seq.len().ok() == Some(2));
+    let Some(pair) = pair else {
+        return Err(PyTypeError::new_err(format!(
+            "call {index} must be a (name, args) pair, not {}",
+            call.get_type().name()?
+        )));
+    };
+    Ok((pair.get_item(0)?, pair.get_item(1)?))
+}
+
 /// Keys the queued JSON texts (without the GIL) and fills in their keys.
 fn key_block(
     py: Python<'_>,
     pending: &[Pending<'_>],
+    tool_names: &[Vec<u8>],
     volatile: &VolatileKeys,
     threads: usize,
     keys: &mut [Key],
@@ -470,7 +579,7 @@ fn key_block(
         return Ok(());
     }
     let names = volatile.names();
-    let results = py.detach(|| key_pending(pending, names, threads));
+    let results = py.detach(|| key_pending(pending, tool_names, names, threads));
     for (item, result) in pending.iter().zip(results) {
         match result {
             Ok(key) => keys[item.index] = key,
@@ -491,6 +600,7 @@ fn key_block(
 /// Keys every pending call, across `threads` threads when there is enough text to share.
 fn key_pending(
     pending: &[Pending<'_>],
+    tool_names: &[Vec<u8>],
     volatile: &[Vec<u8>],
     threads: usize,
 ) -> Vec<Result<Key, JsonError>> {
@@ -499,7 +609,7 @@ fn key_pending(
         key_with_buffer(|out| {
             json::canonical_call_into(
                 out,
-                Text::Wtf8(&item.name),
+                Text::Wtf8(&tool_names[item.name]),
                 &item.text.bytes,
                 volatile,
                 json::MIN_INT_DIGIT_LIMIT,
