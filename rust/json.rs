@@ -209,7 +209,7 @@ impl Canon<'_, '_> {
             _ => return syntax("Expecting value", start),
         }
         let int_end = i;
-        let mut is_float = false;
+        let (mut is_float, mut exponent) = (false, false);
         if i + 1 < len && s[i] == b'.' && digit(i + 1) {
             is_float = true;
             i += 2;
@@ -228,11 +228,16 @@ impl Canon<'_, '_> {
             }
             if digit(i - 1) {
                 is_float = true;
+                exponent = true;
             } else {
                 i = e_start;
             }
         }
         let literal = &s[start..i];
+        if is_float && !exponent && decimal_is_its_repr(literal) {
+            canon::push_small(&mut self.out, literal);
+            return Ok(i);
+        }
         if is_float {
             // The literal is ASCII by construction, and Rust's parse rounds correctly, as
             // Python's float() does; huge exponents give ±inf and tiny ones 0, as in Python.
@@ -501,6 +506,32 @@ fn string_stops(chunk: &[u8; 16]) -> u32 {
     })
 }
 
+/// True when `float(literal)` has `literal` as its `repr`, for a JSON number literal
+/// without exponent: at most 15 significant digits (so no shorter decimal reads as the same
+/// float, and the shortest `repr` has exactly these digits), a fraction that does not end in
+/// 0 (so not integral, and nothing to trim), and at least 1e-4 (so positional, as `repr`
+/// writes from 1e-4 to 1e16). Most floats in tool arguments are such literals.
+fn decimal_is_its_repr(literal: &[u8]) -> bool {
+    let digits = literal.strip_prefix(b"-").unwrap_or(literal);
+    let Some(point) = digits.iter().position(|&b| b == b'.') else {
+        return false;
+    };
+    let (int, fraction) = (&digits[..point], &digits[point + 1..]);
+    if fraction.last().is_none_or(|&d| d == b'0') {
+        return false;
+    }
+    let significant = if int == b"0" {
+        let zeros = fraction.iter().take_while(|&&d| d == b'0').count();
+        if zeros > 3 {
+            return false;
+        }
+        fraction.len() - zeros
+    } else {
+        int.len() + fraction.len()
+    };
+    significant <= 15
+}
+
 /// Equality of two short byte strings (keys), inline: a `memcmp` call costs more.
 #[inline]
 fn same_short(a: &[u8], b: &[u8]) -> bool {
@@ -567,6 +598,62 @@ mod tests {
         let volatile = vec![b"request_id".to_vec()];
         canonical_call(Text::Latin1(b"t"), text.as_bytes(), &volatile, 4300)
             .map(|bytes| String::from_utf8(bytes).unwrap())
+    }
+
+    #[test]
+    fn decimals_taken_as_their_own_repr_are() {
+        let mut literals: Vec<String> = [
+            "0.0001",
+            "0.00012",
+            "0.001",
+            "0.5",
+            "-0.5",
+            "12345678901234.5",
+            "0.123456789012345",
+            "999999999999999.9",
+            "0.1234567890123456",
+            "0.00001",
+            "1.10",
+            "2.0",
+            "-0.0",
+            "4503599627370495.5",
+            "9007199254740993.1",
+            "0.30000000000000004",
+            "1.7976931348623157",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Pseudo-random decimals of every length up to 18 digits.
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..200_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let digits = format!("{state:020}");
+            let int_len = (state % 17) as usize;
+            let frac_len = 1 + (state >> 8) as usize % 17;
+            let int = if int_len == 0 {
+                "0"
+            } else {
+                digits[..int_len].trim_start_matches('0')
+            };
+            let int = if int.is_empty() { "0" } else { int };
+            literals.push(format!("{int}.{}", &digits[20 - frac_len..]));
+        }
+        let mut taken = 0;
+        for literal in &literals {
+            if decimal_is_its_repr(literal.as_bytes()) {
+                taken += 1;
+                let mut repr = Vec::new();
+                canon::write_float(&mut repr, literal.parse().unwrap());
+                assert_eq!(String::from_utf8(repr).unwrap(), *literal);
+            }
+        }
+        assert!(taken > literals.len() / 4, "{taken}");
+        assert!(decimal_is_its_repr(b"0.0001") && decimal_is_its_repr(b"12345678901234.5"));
+        assert!(!decimal_is_its_repr(b"0.00001") && !decimal_is_its_repr(b"999999999999999.9"));
+        assert!(!decimal_is_its_repr(b"1.10") && !decimal_is_its_repr(b"-0.0"));
     }
 
     fn error_at(text: &str) -> (&'static str, usize) {

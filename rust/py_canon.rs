@@ -157,34 +157,77 @@ impl VolatileKeys {
 /// The code points of a `str` as WTF-8, lone surrogates included.
 pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
-    // Tight loops per representation, with room made once: JSON text arrives as long
-    // non-ASCII strings (`ensure_ascii=False`) often enough for this to matter.
+    // JSON text arrives as long non-ASCII strings (`ensure_ascii=False`) often enough for
+    // this to matter: ASCII goes 16 bytes or 8 units at a time, with room made once.
     match text_of(text)? {
         Text::Latin1(units) => {
             out.reserve(units.len() * 2);
-            for &u in units {
-                if u < 0x80 {
-                    out.push(u);
-                } else {
-                    out.extend_from_slice(&[0xc0 | (u >> 6), 0x80 | (u & 0x3f)]);
+            let mut chunks = units.chunks_exact(16);
+            for chunk in &mut chunks {
+                if !push_ascii_latin1(&mut out, chunk) {
+                    chunk
+                        .iter()
+                        .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
                 }
             }
+            let rest = chunks.remainder();
+            rest.iter()
+                .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
         }
         Text::Ucs2(units) => {
             out.reserve(units.len() * 3);
-            for &u in units {
-                if u < 0x80 {
-                    out.push(u as u8);
-                } else {
-                    canon::push_wtf8(&mut out, u32::from(u));
+            let mut chunks = units.chunks_exact(8);
+            for chunk in &mut chunks {
+                if !push_ascii_ucs2(&mut out, chunk) {
+                    chunk
+                        .iter()
+                        .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
                 }
             }
+            let rest = chunks.remainder();
+            rest.iter()
+                .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
         }
         other => other
             .code_points()
             .for_each(|c| canon::push_wtf8(&mut out, c)),
     }
     Ok(out)
+}
+
+/// Appends 16 Latin-1 units and returns true when all are ASCII; else appends nothing.
+#[inline(always)]
+fn push_ascii_latin1(out: &mut Vec<u8>, chunk: &[u8]) -> bool {
+    if chunk.len() != 16 || !chunk.is_ascii() {
+        return false;
+    }
+    canon::push_small(out, chunk);
+    true
+}
+
+/// Appends 8 UCS-2 units as bytes and returns true when all are ASCII; else appends
+/// nothing.
+#[inline(always)]
+fn push_ascii_ucs2(out: &mut Vec<u8>, chunk: &[u16]) -> bool {
+    let Ok(units) = <&[u16; 8]>::try_from(chunk) else {
+        return false;
+    };
+    // Four units per word: ASCII when no unit has a bit above the low seven.
+    let word = |k: usize| {
+        u64::from(units[k])
+            | u64::from(units[k + 1]) << 16
+            | u64::from(units[k + 2]) << 32
+            | u64::from(units[k + 3]) << 48
+    };
+    let (low, high) = (word(0), word(4));
+    if (low | high) & 0xff80_ff80_ff80_ff80 != 0 {
+        return false;
+    }
+    // Each unit's low byte, in order: every other byte of the two words.
+    let narrow =
+        |w: u64| (w & 0xff) | (w >> 8 & 0xff00) | (w >> 16 & 0xff_0000) | (w >> 24 & 0xff00_0000);
+    canon::push_small(out, &(narrow(low) | narrow(high) << 32).to_le_bytes());
+    true
 }
 
 /// A key as the `str` users see: its 16 hex digits, written straight into a new ASCII
