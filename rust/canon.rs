@@ -709,9 +709,48 @@ pub fn write_float(out: &mut Vec<u8>, f: f64) {
         out.extend_from_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
     } else if f.fract() == 0.0 {
         write_integral_float(out, f);
-    } else {
+    } else if !write_short_decimal(out, f) {
         write_float_repr(out, f);
     }
+}
+
+/// Writes `f` (finite, not integral) as Python's `repr` when it is the float of a decimal
+/// with at most three fraction digits and under 1e12 (prices, percentages, most numbers
+/// people write), and returns whether it did; one multiplication and one division instead
+/// of a shortest-digits search.
+///
+/// Such a decimal has at most 15 significant digits, and no two decimals that short read as
+/// the same float (DBL_DIG), so the shortest decimal that reads back as `f`, which `repr`
+/// writes, is that decimal with its trailing zeros trimmed.
+fn write_short_decimal(out: &mut Vec<u8>, f: f64) -> bool {
+    if !(1e-3..1e12).contains(&f.abs()) {
+        return false;
+    }
+    let scaled = f * 1000.0;
+    // Nearest integer (the candidate; the check below decides): |scaled| < 1e15 < 2^53.
+    let thousandths = (scaled + 0.5f64.copysign(scaled)) as i64;
+    // Exact numerator, correctly rounded division: equal exactly when the decimal
+    // `thousandths / 1000` reads as `f`.
+    if thousandths as f64 / 1000.0 != f {
+        return false;
+    }
+    let (mut digits, mut places) = (thousandths.unsigned_abs(), 3);
+    // `f` is not integral, so at least one fraction digit stays.
+    while digits % 10 == 0 && places > 1 {
+        digits /= 10;
+        places -= 1;
+    }
+    let unit = 10u64.pow(places);
+    if thousandths < 0 {
+        out.push(b'-');
+    }
+    push_small(out, itoa::Buffer::new().format(digits / unit).as_bytes());
+    out.push(b'.');
+    let fraction = digits % unit;
+    for place in (0..places).rev() {
+        out.push(b'0' + (fraction / 10u64.pow(place) % 10) as u8);
+    }
+    true
 }
 
 /// Python's `repr` of a finite float (`float_repr_style == 'short'`): the shortest digits
@@ -930,6 +969,50 @@ mod tests {
                 assert_eq!(&out[before.len()..], &source[40 - n..], "{n}");
             }
         }
+    }
+
+    #[test]
+    fn short_decimals_are_written_as_repr_writes_them() {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut taken = 0;
+        for n in 0..400_000 {
+            let r = next();
+            let f = match n % 4 {
+                // Decimals of up to four places, of every magnitude up to 1e13.
+                0 => {
+                    (r % 10u64.pow(1 + (r >> 60) as u32 % 13)) as f64
+                        / 10f64.powi((r >> 56) as i32 % 5)
+                }
+                1 => -((r % 100_000) as f64) / 1000.0,
+                // Neighbours of such decimals, and arbitrary floats.
+                2 => f64::from_bits(
+                    ((r % 1_000_000) as f64 / 100.0)
+                        .to_bits()
+                        .wrapping_add(r >> 62)
+                        .wrapping_sub(1),
+                ),
+                _ => f64::from_bits(r),
+            };
+            if !f.is_finite() || f.fract() == 0.0 {
+                continue;
+            }
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            if write_short_decimal(&mut fast, f) {
+                taken += 1;
+                write_float_repr(&mut slow, f);
+                assert_eq!(fast, slow, "{f:e}");
+            }
+        }
+        assert!(taken > 100_000, "{taken}");
+        assert_eq!(float(0.001), "0.001");
+        assert_eq!(float(-250.75), "-250.75");
+        assert_eq!(float(999_999_999_999.999), "999999999999.999");
     }
 
     #[test]
