@@ -623,15 +623,18 @@ fn key_pending(
     let chunk = pending.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let key_part = move |part: &[Pending<'_>]| part.iter().map(key_one).collect::<Vec<_>>();
+        let mut parts = pending.chunks(chunk);
+        // This thread keys the last part itself rather than wait idle.
+        let own = parts.next_back().unwrap_or_default();
         // A thread the OS refuses to start is no error: its part is keyed on this thread.
-        let workers: Vec<_> = pending
-            .chunks(chunk)
+        let workers: Vec<_> = parts
             .map(|part| {
                 let worker =
                     std::thread::Builder::new().spawn_scoped(scope, move || key_part(part));
                 (part, worker.ok())
             })
             .collect();
+        let own_keys = key_part(own);
         workers
             .into_iter()
             .flat_map(|(part, worker)| match worker {
@@ -642,6 +645,7 @@ fn key_pending(
                     .unwrap_or_else(|_| vec![Err(JsonError::TooDeep); part.len()]),
                 None => key_part(part),
             })
+            .chain(own_keys)
             .collect()
     })
 }
