@@ -551,54 +551,100 @@ fn write_collapsed_bytes_portable<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[
     }
 }
 
-/// [`write_collapsed_bytes`] of fewer than 16 bytes, from a padded copy: in one go when
-/// they are printable ASCII with single spaces between words (most short values), else as
-/// one chunk of a long string.
+/// [`write_collapsed_bytes`] of fewer than 16 bytes: in one go when they are printable
+/// ASCII with single spaces between words (most short values), else as one chunk of a long
+/// string, from a padded copy.
 fn write_short_collapsed<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
-    let padded = padded_short(bytes);
-    let Some(chunk) = padded.first_chunk::<16>() else {
-        return;
-    };
-    let mut m = raw_masks(chunk);
+    let words = short_words(bytes);
+    let mut m = word_masks(words);
     let in_chunk = !(u32::MAX << n);
     m.special |= !in_chunk & 0xffff;
     // Spaces are kept only with plain neighbours (not at either end).
     let lonely_space = m.space & ((m.special << 1 | 1) | (m.special >> 1));
     if (m.special & !m.space | lonely_space) & in_chunk == 0 {
-        push_run(out, &padded, 0, n);
+        push_words(out, words, n);
     } else {
+        let mut padded = [b'a'; 32];
+        padded[..8].copy_from_slice(&words.0.to_le_bytes());
+        padded[8..16].copy_from_slice(&words.1.to_le_bytes());
         collapse_chunk::<WTF8>(out, &padded, n, 0, m, &mut Collapse::default());
     }
 }
 
-/// `bytes` (fewer than 16 of them) followed by plain bytes up to 32, so that 16-byte reads
-/// from any of them stay inside. Copied with two overlapping loads where they fit (cheaper
-/// than a `memcpy` call of a variable length).
+/// Eight plain bytes, the padding of short strings.
+const PAD: u64 = u64::from_le_bytes([b'a'; 8]);
+
+/// `bytes` (fewer than 16 of them) followed by plain bytes up to 16, as two little-endian
+/// words. Put together in registers from two overlapping loads: a string copied to the stack
+/// in pieces and read back whole would stall the read until the pieces are stored.
 #[inline(always)]
-fn padded_short(bytes: &[u8]) -> [u8; 32] {
+fn short_words(bytes: &[u8]) -> (u64, u64) {
     let n = bytes.len();
-    let mut padded = [b'a'; 32];
-    let halves = |width: usize| (bytes.get(..width), bytes.get(n.saturating_sub(width)..));
-    match n {
-        8..16 => {
-            if let (Some(head), Some(tail)) = halves(8) {
-                padded[..8].copy_from_slice(head);
-                padded[n - 8..n].copy_from_slice(tail);
-            }
+    let word = |at: usize| bytes.get(at..).and_then(<[u8]>::first_chunk::<8>);
+    let half = |at: usize| bytes.get(at..).and_then(<[u8]>::first_chunk::<4>);
+    match (
+        n,
+        word(0),
+        word(n.saturating_sub(8)),
+        half(0),
+        half(n.saturating_sub(4)),
+    ) {
+        (8, Some(head), ..) => (u64::from_le_bytes(*head), PAD),
+        (9..16, Some(head), Some(tail), ..) => {
+            // The tail's last n - 8 bytes follow the head's 8; the first 16 - n are overlap.
+            let rest = u64::from_le_bytes(*tail) >> (8 * (16 - n));
+            (u64::from_le_bytes(*head), rest | PAD << (8 * (n - 8)))
         }
-        4..8 => {
-            if let (Some(head), Some(tail)) = halves(4) {
-                padded[..4].copy_from_slice(head);
-                padded[n - 4..n].copy_from_slice(tail);
-            }
+        (4..8, _, _, Some(head), Some(tail)) => {
+            let rest = u64::from(u32::from_le_bytes(*tail)) >> (8 * (8 - n));
+            let low = u64::from(u32::from_le_bytes(*head)) | rest << 32 | PAD << (8 * n);
+            (low, PAD)
         }
-        _ => padded
-            .iter_mut()
-            .zip(bytes)
-            .for_each(|(slot, &b)| *slot = b),
+        _ => {
+            let low = bytes
+                .iter()
+                .take(8)
+                .rev()
+                .fold(0, |w, &b| w << 8 | u64::from(b));
+            (low | PAD.checked_shl(8 * n as u32).unwrap_or(0), PAD)
+        }
     }
-    padded
+}
+
+/// The [`Masks`] of the 16 bytes in two little-endian words.
+#[inline(always)]
+fn word_masks((low, high): (u64, u64)) -> Masks {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::_mm_set_epi64x;
+        // SAFETY: SSE2 is always available on x86_64; this only moves registers.
+        vector_masks(unsafe { _mm_set_epi64x(high as i64, low as i64) }).0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut chunk = [0; 16];
+        chunk[..8].copy_from_slice(&low.to_le_bytes());
+        chunk[8..].copy_from_slice(&high.to_le_bytes());
+        raw_masks(&chunk)
+    }
+}
+
+/// Appends the first `n` (at most 16) bytes of two little-endian words.
+#[inline(always)]
+fn push_words(out: &mut Vec<u8>, (low, high): (u64, u64), n: usize) {
+    out.reserve(16);
+    let len = out.len();
+    // SAFETY: 16 bytes of spare capacity were reserved and are written by the two stores;
+    // the length then covers the first `n` <= 16 of them.
+    unsafe {
+        let end = out.as_mut_ptr().add(len);
+        end.cast::<[u8; 8]>().write_unaligned(low.to_le_bytes());
+        end.add(8)
+            .cast::<[u8; 8]>()
+            .write_unaligned(high.to_le_bytes());
+        out.set_len(len + n.min(16));
+    }
 }
 
 /// Collapses the (up to) 16 bytes from `bytes[i]` of the string `bytes[..end]` (`bytes`

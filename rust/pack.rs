@@ -6,7 +6,10 @@
 //! printable ASCII and ASCII whitespace (nearly every chunk of such text) costs the same
 //! whatever is in it: whitespace becomes spaces, a mask says which bytes stay (not the
 //! second and later bytes of a whitespace run, nor leading ones), and one shuffle per half
-//! packs them to the left ("left-packing"). Chunks with bytes to escape go the portable way.
+//! packs them to the left ("left-packing"). Quotes and backslashes, common in code, are
+//! escaped in place: each byte is paired with a backslash that is kept only before them,
+//! and the pairs are packed the same way. Chunks with other bytes to escape (controls,
+//! non-ASCII), and the last few bytes of a string, go the portable way.
 
 #![cfg(target_arch = "x86_64")]
 

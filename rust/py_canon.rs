@@ -67,6 +67,21 @@ pub struct VolatileKeys {
 }
 
 impl VolatileKeys {
+    /// Runs `f` on the set `arg` names: the default one (shared, not even counted) for
+    /// `None`, else [`VolatileKeys::from_arg`]'s.
+    pub fn with_arg<R>(
+        py: Python<'_>,
+        arg: Option<&Bound<'_, PyAny>>,
+        f: impl FnOnce(&VolatileKeys) -> PyResult<R>,
+    ) -> PyResult<R> {
+        if arg.is_none_or(|obj| obj.is_none()) {
+            if let Some(default) = DEFAULT_VOLATILE.get(py) {
+                return f(default);
+            }
+        }
+        f(&*Self::from_arg(py, arg)?)
+    }
+
     /// `None` means the default set; anything else is an iterable replacing it.
     pub fn from_arg(py: Python<'_>, arg: Option<&Bound<'_, PyAny>>) -> PyResult<Arc<Self>> {
         let obj = match arg {
@@ -598,8 +613,9 @@ pub fn call_key<'py>(
     volatile_keys: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyString>> {
     check_name(name)?;
-    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let key = canonical_key(py, name, args, &volatile)?;
+    let key = VolatileKeys::with_arg(py, volatile_keys, |volatile| {
+        canonical_key(py, name, args, volatile)
+    })?;
     key_str(py, key)
 }
 
@@ -613,7 +629,8 @@ pub fn canonical_json<'py>(
     volatile_keys: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     check_name(name)?;
-    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let bytes = canonical_bytes(py, name, args, &volatile)?;
+    let bytes = VolatileKeys::with_arg(py, volatile_keys, |volatile| {
+        canonical_bytes(py, name, args, volatile)
+    })?;
     Ok(PyBytes::new(py, &bytes))
 }

@@ -277,9 +277,9 @@ pub fn call_key_json<'py>(
     text: &Bound<'py, PyAny>,
     volatile_keys: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyString>> {
-    check_name(name)?;
-    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let key = json_key(py, name, text, &volatile)?;
+    let key = VolatileKeys::with_arg(py, volatile_keys, |volatile| {
+        json_key(py, name, text, volatile)
+    })?;
     key_str(py, key)
 }
 
