@@ -1483,3 +1483,50 @@ def test_call_keys_errors_in_a_large_batch_like_reference(
     got = outcome_with_notes(core.call_keys, batch, threads=threads)
     assert got == outcome_with_notes(reference.call_keys, batch, threads=threads)
     assert got[-1] == [f"in call {min(errors)} of call_keys()"]
+
+
+# --- text at chunk boundaries, and batches in every container ----------------------------
+
+# The native core converts and scans text 8 or 16 units at a time; a character that is not
+# ASCII (Latin-1, BMP, astral, a lone surrogate) lands on every offset of such a chunk here.
+ODD_CHARACTERS = ["é", "\xa0", "東", "\u3000", "😀", "\ud800"]
+
+
+@pytest.mark.parametrize("odd", ODD_CHARACTERS, ids=lambda c: f"U+{ord(c):04X}")
+def test_odd_characters_at_every_chunk_offset(backend: ModuleType, odd: str) -> None:
+    for length in range(0, 40):
+        for at in range(0, length + 1):
+            value = ("ab cd  ef" * 5)[:length]
+            value = value[:at] + odd + value[at:]
+            text = '{"k": "' + value + '", "' + value + '": 1.25}'
+            expected = contract("t", text)
+            assert backend.call_key_json("t", text) == expected, (length, at)
+            if odd != "\ud800":
+                assert backend.call_key_json("t", text.encode()) == expected, (length, at)
+
+
+def test_call_keys_reads_every_kind_of_iterable_alike(backend: ModuleType) -> None:
+    calls = [("get_logs", SEED_TEXT), ("t", {"a": [1, 2.5]}), ("t", "[1, 2]"), ("u", "{}")]
+    expected = [reference.call_key(n, json.loads(a) if isinstance(a, str) else a) for n, a in calls]
+    assert backend.call_keys(calls) == expected
+    assert backend.call_keys(tuple(calls)) == expected
+    assert backend.call_keys(iter(calls)) == expected
+    assert backend.call_keys(UserList(calls)) == expected
+    assert backend.call_keys([]) == []
+
+
+def test_call_keys_sees_calls_appended_while_it_reads(backend: ModuleType) -> None:
+    # A dict subclass is normalised by Python code, which here appends to the batch being
+    # read: like a for loop over the list, call_keys reads on to the new end.
+    calls: list[Any] = []
+
+    class Growing(dict[str, Any]):
+        def items(self) -> Any:
+            calls.extend(("grown", f'{{"n": {n}}}') for n in (2, 3))
+            return super().items()
+
+    calls.extend([("t", Growing(a=1)), ("t", "{}")])
+    keys = backend.call_keys(calls, threads=1)
+    assert len(keys) == len(calls) == 4
+    assert keys[0] == reference.call_key("t", {"a": 1})
+    assert keys[2:] == [reference.call_key("grown", {"n": n}) for n in (2, 3)]

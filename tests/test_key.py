@@ -806,3 +806,31 @@ def test_native_without_the_core_fails_to_import() -> None:
     done = run_with_implementation("native", HIDE_NATIVE + "import tripwire")
     assert done.returncode != 0
     assert "ImportError: no module named 'tripwire._core' (hidden by the test)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0.001,
+        -0.001,
+        0.0011,
+        250.75,
+        -43.2,
+        0.1 + 0.2,
+        999_999_999_999.999,
+        1e12 + 0.5,
+        0.0009999,
+        1.005,
+        2.675,
+        123456.789,
+        5e-324,
+        1.5e-5,
+        0.30000000000000004,
+    ],
+)
+def test_floats_are_written_as_repr(impl: Any, value: float) -> None:
+    # Short decimals take a fast path in the native core; its edges and its neighbours.
+    for v in (value, -value, math.nextafter(value, 0), math.nextafter(value, math.inf)):
+        if v.is_integer():
+            continue  # written as an integer (test_floats covers those)
+        assert impl.canonical_json("t", {"x": v}) == dumped('{"x":' + repr(v) + "}")
