@@ -9,6 +9,7 @@
 use smallvec::SmallVec;
 
 use crate::canon::{self, Text};
+use crate::numbers;
 
 /// Opening a container deeper than this stops the parse with [`JsonError::TooDeep`]. Such
 /// a text may still have a key (the deep part may sit under a volatile or overwritten key),
@@ -242,7 +243,7 @@ impl Canon<'_, '_> {
             // The literal is ASCII by construction, and Rust's parse rounds correctly, as
             // Python's float() does; huge exponents give ±inf and tiny ones 0, as in Python.
             let text = std::str::from_utf8(literal).unwrap_or("nan");
-            canon::write_float(&mut self.out, text.parse::<f64>().unwrap_or(f64::NAN));
+            numbers::write_float(&mut self.out, text.parse::<f64>().unwrap_or(f64::NAN));
             return Ok(i);
         }
         let digits = int_end - start - usize::from(s[start] == b'-');
@@ -646,7 +647,7 @@ mod tests {
             if decimal_is_its_repr(literal.as_bytes()) {
                 taken += 1;
                 let mut repr = Vec::new();
-                canon::write_float(&mut repr, literal.parse().unwrap());
+                numbers::write_float(&mut repr, literal.parse().unwrap());
                 assert_eq!(String::from_utf8(repr).unwrap(), *literal);
             }
         }

@@ -5,6 +5,7 @@ pub mod canon;
 pub mod guard;
 pub mod json;
 pub mod key;
+pub mod numbers;
 mod pack;
 mod py_canon;
 mod py_guard;

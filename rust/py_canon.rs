@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use crate::canon::{self, Text};
 use crate::key::{key_of, Key};
+use crate::numbers;
 use crate::shapes::{KeyHandle, ShapeCache};
 
 pub use crate::canon::MAX_DEPTH;
@@ -341,7 +342,7 @@ impl<'py> Walker<'_, 'py> {
             self.int(obj);
         } else if std::ptr::eq(ty, &raw mut ffi::PyFloat_Type) {
             // SAFETY: exact float, checked above.
-            canon::write_float(&mut self.out, unsafe {
+            numbers::write_float(&mut self.out, unsafe {
                 ffi::PyFloat_AS_DOUBLE(obj.as_ptr())
             });
         } else if obj.is_none() {
@@ -363,7 +364,7 @@ impl<'py> Walker<'_, 'py> {
         // which it reports in `overflow` rather than by raising.
         let value = unsafe { ffi::PyLong_AsLongLongAndOverflow(obj.as_ptr(), &mut overflow) };
         if overflow == 0 {
-            canon::write_i64(&mut self.out, value);
+            numbers::write_i64(&mut self.out, value);
         } else {
             // Beyond 64 bits: Python writes it (and raises past its digit limit, at the same
             // point in the sequence of errors as the reference's json.dumps does).
