@@ -178,37 +178,35 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     match text_of(text)? {
         Text::Latin1(units) => {
             out.reserve(units.len() * 2);
-            let mut chunks = units.chunks_exact(16);
-            for chunk in &mut chunks {
-                if !push_ascii_latin1(&mut out, chunk) {
-                    chunk
-                        .iter()
-                        .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
-                }
-            }
-            let rest = chunks.remainder();
-            rest.iter()
-                .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
+            push_wtf8_chunked(&mut out, units, 16, push_ascii_latin1);
         }
         Text::Ucs2(units) => {
             out.reserve(units.len() * 3);
-            let mut chunks = units.chunks_exact(8);
-            for chunk in &mut chunks {
-                if !push_ascii_ucs2(&mut out, chunk) {
-                    chunk
-                        .iter()
-                        .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
-                }
-            }
-            let rest = chunks.remainder();
-            rest.iter()
-                .for_each(|&u| canon::push_wtf8(&mut out, u32::from(u)));
+            push_wtf8_chunked(&mut out, units, 8, push_ascii_ucs2);
         }
         other => other
             .code_points()
             .for_each(|c| canon::push_wtf8(&mut out, c)),
     }
     Ok(out)
+}
+
+/// Appends `units` as WTF-8: `width` at a time through `push_ascii` (which appends a chunk
+/// that is all ASCII and refuses any other), one by one where it refuses and at the end.
+fn push_wtf8_chunked<U: Copy + Into<u32>>(
+    out: &mut Vec<u8>,
+    units: &[U],
+    width: usize,
+    push_ascii: impl Fn(&mut Vec<u8>, &[U]) -> bool,
+) {
+    let mut chunks = units.chunks_exact(width);
+    for chunk in &mut chunks {
+        if !push_ascii(out, chunk) {
+            chunk.iter().for_each(|&u| canon::push_wtf8(out, u.into()));
+        }
+    }
+    let rest = chunks.remainder();
+    rest.iter().for_each(|&u| canon::push_wtf8(out, u.into()));
 }
 
 /// Appends 16 Latin-1 units and returns true when all are ASCII; else appends nothing.
