@@ -14,6 +14,48 @@ pub fn key_of(canonical: &[u8]) -> Key {
     u64::from_be_bytes(first)
 }
 
+/// SHA-256's initial state (FIPS 180-4, 5.3.3).
+const SHA256_INITIAL: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// [`key_of`] the bytes in `buffer`, which is left as it was. SHA-256's padding is
+/// appended to the buffer itself and every block compressed in one call: for the short
+/// canonical texts of most calls this saves a fifth of the hashing (the hasher would copy
+/// the tail into a block of its own and compress it separately).
+pub fn key_of_buffer(buffer: &mut Vec<u8>) -> Key {
+    let len = buffer.len();
+    // A 1 bit, zeros up to 8 bytes short of a block boundary, the length in bits.
+    let zeros = (119 - len % 64) % 64;
+    buffer.reserve(zeros + 9);
+    buffer.push(0x80);
+    buffer.resize(buffer.len() + zeros, 0);
+    buffer.extend_from_slice(&(len as u64).wrapping_mul(8).to_be_bytes());
+    let mut state = SHA256_INITIAL;
+    let bytes: &[u8] = buffer;
+    // SAFETY: `GenericArray<u8, U64>` is a `repr(transparent)` wrapper of 64 bytes
+    // (alignment 1), so the padded buffer, a whole number of blocks long, is that many
+    // blocks; the slice borrows the buffer for the call only.
+    let blocks = unsafe {
+        std::slice::from_raw_parts(
+            bytes
+                .as_ptr()
+                .cast::<sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>>(),
+            bytes.len() / 64,
+        )
+    };
+    sha2::compress256(&mut state, blocks);
+    buffer.truncate(len);
+    u64::from(state[0]) << 32 | u64::from(state[1])
+}
+
 /// The key as users see it: 16 lowercase hex digits, the prefix of the SHA-256 hexdigest.
 pub fn key_hex(key: Key) -> String {
     key_hex_digits(key).iter().map(|&d| char::from(d)).collect()
@@ -51,6 +93,16 @@ mod tests {
         assert_eq!(key_hex(key_of(b"abc")), "ba7816bf8f01cfea");
         assert_eq!(key_hex(key_of(b"")), "e3b0c44298fc1c14");
         assert_eq!(key_hex(1), "0000000000000001");
+    }
+
+    #[test]
+    fn hashing_the_padded_buffer_is_sha256() {
+        let text: Vec<u8> = (0..300u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in 0..text.len() {
+            let mut buffer = text[..len].to_vec();
+            assert_eq!(key_of_buffer(&mut buffer), key_of(&text[..len]), "{len}");
+            assert_eq!(buffer, text[..len]);
+        }
     }
 
     #[test]

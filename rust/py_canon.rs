@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::canon::{self, Text};
-use crate::key::{key_of, Key};
+use crate::key::{key_of_buffer, Key};
 use crate::numbers;
 use crate::shapes::{KeyHandle, ShapeCache};
 
@@ -545,8 +545,8 @@ const KEPT_BUFFER_BYTES: usize = 1 << 20;
 pub fn key_with_buffer<E>(write: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, E>) -> Result<Key, E> {
     let mut buffer = BUFFER.with(|b| b.take());
     buffer.clear();
-    let bytes = write(buffer)?;
-    let key = key_of(&bytes);
+    let mut bytes = write(buffer)?;
+    let key = key_of_buffer(&mut bytes);
     if bytes.capacity() <= KEPT_BUFFER_BYTES {
         BUFFER.with(|b| b.set(bytes));
     }
