@@ -42,19 +42,18 @@ fn helpers(py: Python<'_>) -> PyResult<&JsonHelpers> {
     })
 }
 
-/// JSON text as WTF-8, with the Python object it came from, which error messages need
-/// (decoded) as their document. `Send`, so a batch can be keyed without the GIL.
-pub struct JsonText<'py> {
-    bytes: Cow<'py, [u8]>,
-    source: Py<PyAny>,
+/// JSON text as WTF-8: borrowed from a `str` that is ASCII (most are), else converted.
+/// Error messages need the Python object it came from as their document ([`doc`]).
+pub struct JsonText<'a> {
+    bytes: Cow<'a, [u8]>,
 }
 
-impl<'py> JsonText<'py> {
+impl<'a> JsonText<'a> {
     /// Accepts what `json.loads` accepts: `str`, or `bytes`/`bytearray` in UTF-8 (with or
     /// without a BOM), UTF-16 or UTF-32, decoded as `json.loads` decodes them.
-    pub fn from_py(py: Python<'py>, text: &Bound<'py, PyAny>) -> PyResult<Self> {
+    pub fn from_py(py: Python<'_>, text: &'a Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(s) = text.cast::<PyString>() {
-            return Self::from_str(py, s.clone(), true);
+            return Self::from_str(py, s, true);
         }
         let mut raw: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
             b.as_bytes().to_vec()
@@ -71,7 +70,6 @@ impl<'py> JsonText<'py> {
                 raw.drain(..skip);
                 Ok(JsonText {
                     bytes: Cow::Owned(raw),
-                    source: text.clone().unbind(),
                 })
             }
             // UTF-16/32, or bytes that do not decode: Python decodes (or raises) exactly as
@@ -79,46 +77,57 @@ impl<'py> JsonText<'py> {
             _ => {
                 let decoded = helpers(py)?.decode_bytes.bind(py).call1((text,))?;
                 // json.loads checks for a BOM only in str input, not in decoded bytes.
-                Self::from_str(py, decoded.cast_into::<PyString>()?, false)
+                let decoded = JsonText::from_str(py, decoded.cast::<PyString>()?, false)?;
+                Ok(JsonText {
+                    bytes: Cow::Owned(decoded.bytes.into_owned()),
+                })
             }
         }
     }
 
-    fn from_str(py: Python<'py>, s: Bound<'py, PyString>, refuse_bom: bool) -> PyResult<Self> {
-        let bytes: Cow<'py, [u8]> = match text_of(&s)? {
-            Text::Latin1(units) if units.is_ascii() => {
-                // SAFETY: the slice borrows the str's own buffer; `source` holds a reference
-                // to the str for as long as this value lives, and str objects are immutable.
-                Cow::Borrowed(unsafe { std::slice::from_raw_parts(units.as_ptr(), units.len()) })
-            }
-            _ => Cow::Owned(wtf8_of(&s)?),
+    fn from_str(py: Python<'_>, s: &'a Bound<'_, PyString>, refuse_bom: bool) -> PyResult<Self> {
+        let bytes: Cow<'a, [u8]> = match text_of(s)? {
+            Text::Latin1(units) if units.is_ascii() => Cow::Borrowed(units),
+            _ => Cow::Owned(wtf8_of(s)?),
         };
         if refuse_bom && bytes.starts_with("\u{feff}".as_bytes()) {
             return Err(decode_error(
                 py,
                 "Unexpected UTF-8 BOM (decode using utf-8-sig)",
-                &s,
+                s,
                 0,
             ));
         }
-        Ok(JsonText {
-            bytes,
-            source: s.into_any().unbind(),
-        })
+        Ok(JsonText { bytes })
     }
 
-    /// The text as the `str` that `json.loads` would have seen.
-    fn doc(&self, py: Python<'py>) -> PyResult<Bound<'py, PyString>> {
-        let source = self.source.bind(py);
-        if let Ok(s) = source.cast::<PyString>() {
-            return Ok(s.clone());
-        }
-        Ok(helpers(py)?
-            .decode_bytes
-            .bind(py)
-            .call1((source,))?
-            .cast_into::<PyString>()?)
+    /// The same text, borrowed for as long as the caller says.
+    ///
+    /// # Safety
+    /// The object the text was made from must stay alive, unchanged, for `'b`.
+    unsafe fn extend<'b>(self) -> JsonText<'b> {
+        let bytes = match self.bytes {
+            // SAFETY: the caller keeps the owner of these bytes alive for 'b; `str` and
+            // `bytes` objects do not change (a `bytearray` is always copied).
+            Cow::Borrowed(b) => {
+                Cow::Borrowed(unsafe { std::slice::from_raw_parts(b.as_ptr(), b.len()) })
+            }
+            Cow::Owned(v) => Cow::Owned(v),
+        };
+        JsonText { bytes }
     }
+}
+
+/// The text `source` as the `str` that `json.loads` would have seen.
+fn doc<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    if let Ok(s) = source.cast::<PyString>() {
+        return Ok(s.clone());
+    }
+    Ok(helpers(py)?
+        .decode_bytes
+        .bind(py)
+        .call1((source,))?
+        .cast_into::<PyString>()?)
 }
 
 /// The byte-order-mark length to skip when `json.detect_encoding` would pick UTF-8; `None`
@@ -161,9 +170,9 @@ fn int_digit_limit(py: Python<'_>) -> PyResult<usize> {
 }
 
 /// Turns a parse error into the exception `json.loads` (or the key contract) raises.
-fn raise(py: Python<'_>, err: JsonError, text: &JsonText<'_>) -> PyErr {
+fn raise(py: Python<'_>, err: JsonError, text: &JsonText<'_>, source: &Bound<'_, PyAny>) -> PyErr {
     match err {
-        JsonError::Syntax { msg, pos } => match text.doc(py) {
+        JsonError::Syntax { msg, pos } => match doc(py, source) {
             Ok(doc) => decode_error(py, msg, &doc, json::char_index(&text.bytes, pos)),
             Err(err) => err,
         },
@@ -195,6 +204,7 @@ fn canonical_json_call(
     py: Python<'_>,
     name: Text<'_>,
     text: &JsonText<'_>,
+    source: &Bound<'_, PyAny>,
     volatile: &VolatileKeys,
     out: Vec<u8>,
 ) -> Result<Vec<u8>, CallError> {
@@ -210,7 +220,7 @@ fn canonical_json_call(
     };
     outcome.map_err(|err| match err {
         JsonError::TooDeep => TooDeep,
-        err => Raised(raise(py, err, text)),
+        err => Raised(raise(py, err, text, source)),
     })
 }
 
@@ -227,7 +237,7 @@ pub fn json_key(
     }
     let parsed = JsonText::from_py(py, text)?;
     let name_text = text_of(name)?;
-    match key_with_buffer(|out| canonical_json_call(py, name_text, &parsed, volatile, out)) {
+    match key_with_buffer(|out| canonical_json_call(py, name_text, &parsed, text, volatile, out)) {
         Ok(key) => Ok(key),
         Err(TooDeep) => reference_json_key(py, name, text, volatile),
         Err(Raised(err)) => Err(err),
@@ -523,7 +533,8 @@ fn read_call<'py>(
         || args.is_instance_of::<PyByteArray>();
     if is_text && volatile.only_exact_str() && is_exact_text(&args) {
         let name = check_name(&name)?;
-        let text = JsonText::from_py(py, &args)?;
+        // SAFETY: the text borrows from `args`, which the pending call holds on to.
+        let text = unsafe { JsonText::from_py(py, &args)?.extend() };
         let bytes = text.bytes.len();
         pending.push(Pending {
             index,
@@ -591,7 +602,10 @@ fn key_block(
                     Err(err) => return Err(add_note(py, err, item.index)),
                 }
             }
-            Err(err) => return Err(add_note(py, raise(py, err, &item.text), item.index)),
+            Err(err) => {
+                let source = item.call.1.bind(py);
+                return Err(add_note(py, raise(py, err, &item.text, source), item.index));
+            }
         }
     }
     Ok(())
