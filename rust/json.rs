@@ -360,7 +360,7 @@ impl Canon<'_, '_> {
                     // Printable ASCII with nothing escaped: the text's own `"key"` is the
                     // canonical one.
                     Str::Input(a, b) if s[a..b].iter().all(|&c| c < 0x7f) => {
-                        canon::push_small(&mut self.out, &s[a - 1..=b]);
+                        canon::push_small(&mut self.out, &s[a - 1..b + 1]);
                     }
                     _ => {
                         canon::write_str(&mut self.out, Text::Wtf8(str_bytes(s, &self.arena, key)))
@@ -413,7 +413,23 @@ impl Canon<'_, '_> {
     fn reorder(&mut self, region: usize, members: &mut [Member]) {
         // A stable sort keeps duplicates in text order, so the last of each run is the one
         // `json.loads` keeps.
-        members.sort_by(|a, b| canon::cmp_short(self.bytes(a.key), self.bytes(b.key)));
+        if members.len() <= 16 {
+            // Insertion sort, inline: most objects have a handful of members.
+            for n in 1..members.len() {
+                let member = members[n];
+                let mut at = n;
+                while at > 0
+                    && canon::cmp_short(self.bytes(members[at - 1].key), self.bytes(member.key))
+                        .is_gt()
+                {
+                    members[at] = members[at - 1];
+                    at -= 1;
+                }
+                members[at] = member;
+            }
+        } else {
+            members.sort_by(|a, b| canon::cmp_short(self.bytes(a.key), self.bytes(b.key)));
+        }
         // Most objects are small: their text is moved through the stack, not the heap.
         let spare: SmallVec<[u8; 512]> = SmallVec::from_slice(&self.out[region..]);
         self.out.truncate(region);

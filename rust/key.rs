@@ -34,10 +34,18 @@ pub fn key_of_buffer(buffer: &mut Vec<u8>) -> Key {
     let len = buffer.len();
     // A 1 bit, zeros up to 8 bytes short of a block boundary, the length in bits.
     let zeros = (119 - len % 64) % 64;
-    buffer.reserve(zeros + 9);
-    buffer.push(0x80);
-    buffer.resize(buffer.len() + zeros, 0);
-    buffer.extend_from_slice(&(len as u64).wrapping_mul(8).to_be_bytes());
+    buffer.reserve(72);
+    // SAFETY: 72 bytes of spare capacity were reserved: the fixed-size writes (a 0x80 and 64
+    // zeros, then the length at `1 + zeros` <= 64) stay within them, and the new length
+    // covers exactly the bytes written.
+    unsafe {
+        let end = buffer.as_mut_ptr().add(len);
+        end.write(0x80);
+        end.add(1).cast::<[u8; 64]>().write_unaligned([0; 64]);
+        let bits = (len as u64).wrapping_mul(8).to_be_bytes();
+        end.add(1 + zeros).cast::<[u8; 8]>().write_unaligned(bits);
+        buffer.set_len(len + 1 + zeros + 8);
+    }
     let mut state = SHA256_INITIAL;
     let bytes: &[u8] = buffer;
     // SAFETY: `GenericArray<u8, U64>` is a `repr(transparent)` wrapper of 64 bytes
