@@ -259,21 +259,29 @@ pub fn key_str(py: Python<'_>, key: Key) -> PyResult<Bound<'_, PyString>> {
     }
 }
 
+/// The characters of a `str` that CPython stores as compact ASCII (it knows, and says so in
+/// the object's header): most JSON text and keys. `None` for any other `str`.
+pub fn ascii_of<'a>(text: &'a Bound<'_, PyString>) -> Option<&'a [u8]> {
+    let ptr = text.as_ptr();
+    // SAFETY: `ptr` is a str; a compact ASCII one keeps its characters right after its
+    // header, and the slice borrows `text`, which outlives it; str objects are immutable.
+    unsafe {
+        (ffi::PyUnicode_IS_COMPACT_ASCII(ptr) != 0).then(|| {
+            let len = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
+            std::slice::from_raw_parts(ffi::PyUnicode_DATA(ptr) as *const u8, len)
+        })
+    }
+}
+
 /// A view of a `str`'s own code units: no copy, no UTF-8 cache, lone surrogates intact
 /// (PyO3's `to_str` fails on those and `to_string_lossy` changes them).
 pub fn text_of<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Text<'a>> {
-    let ptr = text.as_ptr();
-    // SAFETY: `ptr` is a str. A compact ASCII str (nearly every key and most values) keeps
-    // its characters right after its header; the view borrows `text`, which the caller
-    // keeps alive while using it, and str objects are immutable.
-    unsafe {
-        if ffi::PyUnicode_IS_COMPACT_ASCII(ptr) != 0 {
-            let len = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
-            let data = ffi::PyUnicode_DATA(ptr) as *const u8;
-            return Ok(Text::Latin1(std::slice::from_raw_parts(data, len)));
-        }
+    // Nearly every key and most values.
+    if let Some(ascii) = ascii_of(text) {
+        return Ok(Text::Latin1(ascii));
     }
-    // SAFETY: as above.
+    // SAFETY: the view borrows `text`, which the caller keeps alive while using it, and
+    // str objects are immutable.
     Ok(match unsafe { text.data() }? {
         pyo3::types::string::PyStringData::Ucs1(units) => Text::Latin1(units),
         pyo3::types::string::PyStringData::Ucs2(units) => Text::Ucs2(units),

@@ -13,7 +13,7 @@ use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
 use crate::key::Key;
 use crate::py_canon::{
-    canonical_key, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
+    ascii_of, canonical_key, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
 };
 
 struct JsonHelpers {
@@ -86,9 +86,9 @@ impl<'a> JsonText<'a> {
     }
 
     fn from_str(py: Python<'_>, s: &'a Bound<'_, PyString>, refuse_bom: bool) -> PyResult<Self> {
-        let bytes: Cow<'a, [u8]> = match text_of(s)? {
-            Text::Latin1(units) if units.is_ascii() => Cow::Borrowed(units),
-            _ => Cow::Owned(wtf8_of(s)?),
+        let bytes: Cow<'a, [u8]> = match ascii_of(s) {
+            Some(ascii) => Cow::Borrowed(ascii),
+            None => Cow::Owned(wtf8_of(s)?),
         };
         if refuse_bom && bytes.starts_with("\u{feff}".as_bytes()) {
             return Err(decode_error(
