@@ -12,11 +12,19 @@ pub fn write_float(out: &mut Vec<u8>, f: f64) {
         out.extend_from_slice(b"NaN");
     } else if f.is_infinite() {
         out.extend_from_slice(if f > 0.0 { b"Infinity" } else { b"-Infinity" });
-    } else if f.fract() == 0.0 {
+    } else if is_integral(f) {
         write_integral_float(out, f);
     } else if !write_short_decimal(out, f) {
         write_float_repr(out, f);
     }
+}
+
+/// True for a finite `f` without a fraction. Not `f64::fract`: without SSE4.1, which builds
+/// for any x86-64 cannot assume, that is a library call.
+#[inline]
+fn is_integral(f: f64) -> bool {
+    // Every float from 2^52 up is an integer; below, the conversion truncates exactly.
+    f.abs() >= 4_503_599_627_370_496.0 || (f as i64) as f64 == f
 }
 
 /// Writes `f` (finite, not integral) as Python's `repr` when it is the float of a decimal
@@ -275,8 +283,10 @@ mod tests {
                 _ => f64::from_bits(r),
             };
             if !f.is_finite() || f.fract() == 0.0 {
+                assert!(!f.is_finite() || is_integral(f), "{f:e}");
                 continue;
             }
+            assert!(!is_integral(f), "{f:e}");
             let (mut fast, mut slow) = (Vec::new(), Vec::new());
             if write_short_decimal(&mut fast, f) {
                 taken += 1;
