@@ -410,6 +410,7 @@ pub fn call_keys<'py>(
         if done || pending_bytes >= block_bytes || pending.len() >= BLOCK_CALLS {
             key_block(py, &pending, &names.wtf8, &volatile, threads, &mut keys)?;
             pending.clear();
+            names.clear();
             pending_bytes = 0;
         }
         if done {
@@ -489,6 +490,12 @@ impl<'py> ToolNames<'py> {
         self.wtf8.push(wtf8_of(name)?);
         self.last = Some((name.clone(), index));
         Ok(index)
+    }
+
+    /// Forgets the names (of a block keyed and done with).
+    fn clear(&mut self) {
+        self.wtf8.clear();
+        self.last = None;
     }
 }
 
