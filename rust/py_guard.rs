@@ -559,8 +559,9 @@ impl Guard {
                 .extract()?;
             return Ok((parse_digest(&digest)?, empty));
         }
-        let result_name = PyString::new(py, "result");
-        let digest = match canonical_key(py, &result_name, result, &self.default_volatile) {
+        // Interned once: a new str each call would cost as much as a small result's key.
+        let result_name = pyo3::intern!(py, "result").as_any();
+        let digest = match canonical_key(py, result_name, result, &self.default_volatile) {
             Ok(key) => key,
             // What cannot be keyed is keyed by its repr, as the reference's `result_digest`
             // does; done here rather than by calling it, which would key the result again and
@@ -571,7 +572,7 @@ impl Guard {
                     || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py) =>
             {
                 let repr = result.repr()?;
-                canonical_key(py, &result_name, repr.as_any(), &self.default_volatile)?
+                canonical_key(py, result_name, repr.as_any(), &self.default_volatile)?
             }
             Err(err) => return Err(err),
         };
