@@ -7,6 +7,7 @@ pub mod json;
 pub mod key;
 pub mod numbers;
 mod pack;
+mod py_batch;
 mod py_canon;
 mod py_guard;
 mod py_json;
@@ -19,7 +20,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_canon::call_key, m)?)?;
     m.add_function(wrap_pyfunction!(py_canon::canonical_json, m)?)?;
     m.add_function(wrap_pyfunction!(py_json::call_key_json, m)?)?;
-    m.add_function(wrap_pyfunction!(py_json::call_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(py_batch::call_keys, m)?)?;
     m.add_class::<py_guard::Guard>()?;
     m.add_class::<py_guard::Verdict>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;

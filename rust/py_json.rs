@@ -4,16 +4,15 @@
 use std::borrow::Cow;
 
 use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyString};
 
 use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
 use crate::key::Key;
 use crate::py_canon::{
-    ascii_of, canonical_key, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
+    ascii_of, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
 };
 
 struct JsonHelpers {
@@ -101,11 +100,16 @@ impl<'a> JsonText<'a> {
         Ok(JsonText { bytes })
     }
 
+    /// The text, as WTF-8.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The same text, borrowed for as long as the caller says.
     ///
     /// # Safety
     /// The object the text was made from must stay alive, unchanged, for `'b`.
-    unsafe fn extend<'b>(self) -> JsonText<'b> {
+    pub(crate) unsafe fn extend<'b>(self) -> JsonText<'b> {
         let bytes = match self.bytes {
             // SAFETY: the caller keeps the owner of these bytes alive for 'b; `str` and
             // `bytes` objects do not change (a `bytearray` is always copied).
@@ -170,7 +174,12 @@ fn int_digit_limit(py: Python<'_>) -> PyResult<usize> {
 }
 
 /// Turns a parse error into the exception `json.loads` (or the key contract) raises.
-fn raise(py: Python<'_>, err: JsonError, text: &JsonText<'_>, source: &Bound<'_, PyAny>) -> PyErr {
+pub(crate) fn raise(
+    py: Python<'_>,
+    err: JsonError,
+    text: &JsonText<'_>,
+    source: &Bound<'_, PyAny>,
+) -> PyErr {
     match err {
         JsonError::Syntax { msg, pos } => match doc(py, source) {
             Ok(doc) => decode_error(py, msg, &doc, json::char_index(&text.bytes, pos)),
@@ -293,380 +302,11 @@ pub fn call_key_json<'py>(
     key_str(py, key)
 }
 
-/// One JSON-text call of a batch, owned so it can be keyed without the GIL.
-struct Pending<'py> {
-    index: usize,
-    /// The tool name, as an index into the batch's [`ToolNames`].
-    name: usize,
-    text: JsonText<'py>,
-    /// The call as given, for the rare texts keyed again with the GIL.
-    call: (Py<PyString>, Py<PyAny>),
-}
-
 /// Exact `str`, `bytes` or `bytearray`: text whose characters are all there is to it. A
 /// subclass may override what `json.loads` calls (`startswith`, `decode`, `__len__`), so
 /// only the reference can treat it as `json.loads` does.
-fn is_exact_text(text: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_exact_text(text: &Bound<'_, PyAny>) -> bool {
     text.is_exact_instance_of::<PyString>()
         || text.is_exact_instance_of::<PyBytes>()
         || text.is_exact_instance_of::<PyByteArray>()
-}
-
-/// Notes which call of the batch an error came from, on an `Exception` (as the reference
-/// does: an interrupt is not about a call, and passes through untouched).
-fn add_note(py: Python<'_>, err: PyErr, index: usize) -> PyErr {
-    if !err.is_instance_of::<pyo3::exceptions::PyException>(py) {
-        return err;
-    }
-    let note = format!("in call {index} of call_keys()");
-    // If the note cannot be added the error itself is still the one to raise.
-    let _ = err.value(py).call_method1("add_note", (note,));
-    err
-}
-
-/// The number of threads to use: `None` means every core; more threads than cores are
-/// accepted (as in the reference) but not started, as they would only add switching.
-fn threads_arg(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let Some(t) = threads.filter(|t| !t.is_none()) else {
-        return Ok(cores);
-    };
-    if t.is_instance_of::<pyo3::types::PyBool>() || !t.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "threads must be an int or None, not {}",
-            t.get_type().name()?
-        )));
-    }
-    if t.lt(1)? {
-        return Err(PyValueError::new_err(format!(
-            "threads must be at least 1, got {}",
-            t.str()?
-        )));
-    }
-    Ok(t.extract::<usize>().unwrap_or(usize::MAX).min(cores))
-}
-
-/// Below this much JSON text a batch runs on one thread: starting threads costs more.
-const PARALLEL_MIN_BYTES: usize = 256 * 1024;
-
-/// `call_keys(calls, /, *, volatile_keys=None, threads=None) -> list[str]`
-#[pyfunction]
-#[pyo3(signature = (calls, /, *, volatile_keys = None, threads = None))]
-pub fn call_keys<'py>(
-    py: Python<'py>,
-    calls: &Bound<'py, PyAny>,
-    volatile_keys: Option<&Bound<'py, PyAny>>,
-    threads: Option<&Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyList>> {
-    let threads = threads_arg(threads)?;
-    let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-    let mut calls = Calls::new(calls)?;
-    let mut keys: Vec<Key> = Vec::with_capacity(calls.len_hint());
-    let mut names = ToolNames::default();
-    let mut pending: Vec<Pending<'py>> = Vec::new();
-    let mut pending_bytes = 0;
-    // The batch is read and keyed a block at a time, so that each text is still in cache
-    // when it is keyed; with threads, blocks are big enough to share.
-    let block_bytes = if threads > 1 {
-        PARALLEL_BLOCK_BYTES
-    } else {
-        SERIAL_BLOCK_BYTES
-    };
-    // The first error met while reading the batch; JSON texts before it are still keyed, so
-    // that the error reported is the one with the lowest index, as in the reference.
-    let mut first_error: Option<(usize, PyErr)> = None;
-    let mut index = 0;
-    loop {
-        let done = match calls.next() {
-            None => true,
-            Some(Err(err)) => {
-                // The iterable's own error belongs to no call: it gets no note.
-                first_error = Some((usize::MAX, err));
-                true
-            }
-            Some(Ok(call)) => {
-                let step = read_call(
-                    py,
-                    index,
-                    &call,
-                    &volatile,
-                    &mut names,
-                    &mut keys,
-                    &mut pending,
-                );
-                index += 1;
-                match step {
-                    Ok(bytes) => {
-                        pending_bytes += bytes;
-                        false
-                    }
-                    Err(err) => {
-                        first_error = Some((index - 1, err));
-                        true
-                    }
-                }
-            }
-        };
-        if done || pending_bytes >= block_bytes || pending.len() >= BLOCK_CALLS {
-            key_block(py, &pending, &names.wtf8, &volatile, threads, &mut keys)?;
-            pending.clear();
-            names.clear();
-            pending_bytes = 0;
-        }
-        if done {
-            break;
-        }
-    }
-    match first_error {
-        Some((usize::MAX, err)) => Err(err),
-        Some((index, err)) => Err(add_note(py, err, index)),
-        None => key_list(py, &keys),
-    }
-}
-
-/// The calls of a batch: read by index from a list or tuple (as their iterators do, so a
-/// list that a callback grows is read to its new end), else through an iterator.
-enum Calls<'py> {
-    List(Bound<'py, PyList>, usize),
-    Tuple(Bound<'py, PyTuple>, usize),
-    Iter(Bound<'py, PyIterator>),
-}
-
-impl<'py> Calls<'py> {
-    fn new(calls: &Bound<'py, PyAny>) -> PyResult<Self> {
-        if let Ok(list) = calls.cast_exact::<PyList>() {
-            Ok(Calls::List(list.clone(), 0))
-        } else if let Ok(tuple) = calls.cast_exact::<PyTuple>() {
-            Ok(Calls::Tuple(tuple.clone(), 0))
-        } else {
-            Ok(Calls::Iter(calls.try_iter()?))
-        }
-    }
-
-    /// How many calls there are, where that is known without running Python code.
-    fn len_hint(&self) -> usize {
-        match self {
-            Calls::List(list, _) => list.len(),
-            Calls::Tuple(tuple, _) => tuple.len(),
-            Calls::Iter(_) => 0,
-        }
-    }
-
-    fn next(&mut self) -> Option<PyResult<Bound<'py, PyAny>>> {
-        match self {
-            Calls::List(list, i) => {
-                let item = list.get_item(*i).ok()?;
-                *i += 1;
-                Some(Ok(item))
-            }
-            Calls::Tuple(tuple, i) => {
-                let item = tuple.get_item(*i).ok()?;
-                *i += 1;
-                Some(Ok(item))
-            }
-            Calls::Iter(iter) => iter.next(),
-        }
-    }
-}
-
-/// The tool names of a batch as WTF-8, each converted once for a run of calls that pass
-/// the same name object (most batches name a handful of tools, each many times).
-#[derive(Default)]
-struct ToolNames<'py> {
-    wtf8: Vec<Vec<u8>>,
-    /// The last name met, held (so that no other object can take its address) with its
-    /// index in `wtf8`.
-    last: Option<(Bound<'py, PyString>, usize)>,
-}
-
-impl<'py> ToolNames<'py> {
-    fn index_of(&mut self, name: &Bound<'py, PyString>) -> PyResult<usize> {
-        if let Some((last, index)) = &self.last {
-            if last.is(name) {
-                return Ok(*index);
-            }
-        }
-        let index = self.wtf8.len();
-        self.wtf8.push(wtf8_of(name)?);
-        self.last = Some((name.clone(), index));
-        Ok(index)
-    }
-
-    /// Forgets the names (of a block keyed and done with).
-    fn clear(&mut self) {
-        self.wtf8.clear();
-        self.last = None;
-    }
-}
-
-/// The keys as a list of `str`, built in place.
-fn key_list<'py>(py: Python<'py>, keys: &[Key]) -> PyResult<Bound<'py, PyList>> {
-    let len = ffi::Py_ssize_t::try_from(keys.len())
-        .map_err(|_| PyValueError::new_err("too many calls"))?;
-    // SAFETY: PyList_New gives a list of `len` NULL slots (or NULL, raised as the error);
-    // each slot is set exactly once, with a new reference that the list takes over. Until
-    // then the list is only seen here, and a list with NULL slots is safe to free.
-    unsafe {
-        let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(len))?;
-        for (i, &key) in keys.iter().enumerate() {
-            let text = key_str(py, key)?;
-            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, text.into_ptr());
-        }
-        Ok(list.cast_into_unchecked::<PyList>())
-    }
-}
-
-/// A block of JSON text this long is keyed before more is read (one thread: it stays in
-/// cache; two or more: enough to share out, see [`PARALLEL_MIN_BYTES`]).
-const SERIAL_BLOCK_BYTES: usize = 64 * 1024;
-const PARALLEL_BLOCK_BYTES: usize = 1024 * 1024;
-/// ...or this many calls, whichever comes first.
-const BLOCK_CALLS: usize = 4096;
-
-/// Reads call `index` of a batch: JSON text is queued in `pending` (its key left 0 in
-/// `keys` for now) and its length returned; anything else is keyed at once.
-fn read_call<'py>(
-    py: Python<'py>,
-    index: usize,
-    call: &Bound<'py, PyAny>,
-    volatile: &VolatileKeys,
-    names: &mut ToolNames<'py>,
-    keys: &mut Vec<Key>,
-    pending: &mut Vec<Pending<'py>>,
-) -> PyResult<usize> {
-    let (name, args) = call_pair(index, call)?;
-    let is_text = args.is_instance_of::<PyString>()
-        || args.is_instance_of::<PyBytes>()
-        || args.is_instance_of::<PyByteArray>();
-    if is_text && volatile.only_exact_str() && is_exact_text(&args) {
-        let name = check_name(&name)?;
-        // SAFETY: the text borrows from `args`, which the pending call holds on to.
-        let text = unsafe { JsonText::from_py(py, &args)?.extend() };
-        let bytes = text.bytes.len();
-        pending.push(Pending {
-            index,
-            name: names.index_of(name)?,
-            text,
-            call: (name.clone().unbind(), args.unbind()),
-        });
-        keys.push(0);
-        Ok(bytes)
-    } else if is_text {
-        keys.push(json_key(py, &name, &args, volatile)?);
-        Ok(0)
-    } else {
-        keys.push(canonical_key(py, &name, &args, volatile)?);
-        Ok(0)
-    }
-}
-
-/// The `(name, args)` of call `index`: any sequence of two that is not text.
-fn call_pair<'py>(
-    index: usize,
-    call: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    if let Ok(tuple) = call.cast_exact::<PyTuple>() {
-        if tuple.len() == 2 {
-            return Ok((tuple.get_item(0)?, tuple.get_item(1)?));
-        }
-    }
-    let pair = call
-        .cast::<PySequence>()
-        .ok()
-        .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
-        .filter(|seq| seq.len().ok() == Some(2));
-    let Some(pair) = pair else {
-        return Err(PyTypeError::new_err(format!(
-            "call {index} must be a (name, args) pair, not {}",
-            call.get_type().name()?
-        )));
-    };
-    Ok((pair.get_item(0)?, pair.get_item(1)?))
-}
-
-/// Keys the queued JSON texts (without the GIL) and fills in their keys.
-fn key_block(
-    py: Python<'_>,
-    pending: &[Pending<'_>],
-    tool_names: &[Vec<u8>],
-    volatile: &VolatileKeys,
-    threads: usize,
-    keys: &mut [Key],
-) -> PyResult<()> {
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let names = volatile.names();
-    let results = py.detach(|| key_pending(pending, tool_names, names, threads));
-    for (item, result) in pending.iter().zip(results) {
-        match result {
-            Ok(key) => keys[item.index] = key,
-            Err(JsonError::IntTooLong { .. } | JsonError::TooDeep) => {
-                // The rare texts that need Python: keyed again with the GIL.
-                let (name, args) = (item.call.0.bind(py), item.call.1.bind(py));
-                match json_key(py, name.as_any(), args, volatile) {
-                    Ok(key) => keys[item.index] = key,
-                    Err(err) => return Err(add_note(py, err, item.index)),
-                }
-            }
-            Err(err) => {
-                let source = item.call.1.bind(py);
-                return Err(add_note(py, raise(py, err, &item.text, source), item.index));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Keys every pending call, across `threads` threads when there is enough text to share.
-fn key_pending(
-    pending: &[Pending<'_>],
-    tool_names: &[Vec<u8>],
-    volatile: &[Vec<u8>],
-    threads: usize,
-) -> Vec<Result<Key, JsonError>> {
-    let key_one = |item: &Pending<'_>| {
-        // Each thread reuses its own buffer (thread-local) from call to call.
-        key_with_buffer(|out| {
-            json::canonical_call_into(
-                out,
-                Text::Wtf8(&tool_names[item.name]),
-                &item.text.bytes,
-                volatile,
-                json::MIN_INT_DIGIT_LIMIT,
-            )
-        })
-    };
-    let total: usize = pending.iter().map(|p| p.text.bytes.len()).sum();
-    if threads <= 1 || pending.len() < 2 || total < PARALLEL_MIN_BYTES {
-        return pending.iter().map(key_one).collect();
-    }
-    let chunk = pending.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let key_part = move |part: &[Pending<'_>]| part.iter().map(key_one).collect::<Vec<_>>();
-        let mut parts = pending.chunks(chunk);
-        // This thread keys the last part itself rather than wait idle.
-        let own = parts.next_back().unwrap_or_default();
-        // A thread the OS refuses to start is no error: its part is keyed on this thread.
-        let workers: Vec<_> = parts
-            .map(|part| {
-                let worker =
-                    std::thread::Builder::new().spawn_scoped(scope, move || key_part(part));
-                (part, worker.ok())
-            })
-            .collect();
-        let own_keys = key_part(own);
-        workers
-            .into_iter()
-            .flat_map(|(part, worker)| match worker {
-                // A worker only panics on a bug (release builds abort instead); never unwind
-                // into Python, and keep one answer per call.
-                Some(worker) => worker
-                    .join()
-                    .unwrap_or_else(|_| vec![Err(JsonError::TooDeep); part.len()]),
-                None => key_part(part),
-            })
-            .chain(own_keys)
-            .collect()
-    })
 }
