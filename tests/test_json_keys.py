@@ -1530,3 +1530,31 @@ def test_call_keys_sees_calls_appended_while_it_reads(backend: ModuleType) -> No
     assert len(keys) == len(calls) == 4
     assert keys[0] == reference.call_key("t", {"a": 1})
     assert keys[2:] == [reference.call_key("grown", {"n": n}) for n in (2, 3)]
+
+
+# With threads, workers key most of each block while the next block is read: a batch of
+# several blocks (8,192 calls each, natively), with errors in later blocks and the
+# iterable failing while a block is being keyed.
+MANY = [
+    ("get_logs", json.dumps({"service": f"s{i % 7}", "n": i, "q": "  x  "})) for i in range(20_000)
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_call_keys_several_blocks_like_reference(core: ModuleType, threads: int) -> None:
+    assert core.call_keys(MANY, threads=threads) == [
+        reference.call_key("get_logs", json.loads(text)) for _, text in MANY
+    ]
+    for errors in ({9_000: BAD_TEXT, 17_000: BAD_DICT}, {17_500: BAD_PAIR}, {8_191: BAD_TEXT}):
+        batch = broken_at(MANY, errors)
+        got = outcome_with_notes(core.call_keys, batch, threads=threads)
+        assert got == outcome_with_notes(reference.call_keys, batch, threads=threads)
+        assert got[-1] == [f"in call {min(errors)} of call_keys()"]
+
+    def failing() -> Any:
+        yield from MANY[:12_000]
+        raise KeyError("the source ran dry")
+
+    got = outcome_with_notes(core.call_keys, failing(), threads=threads)
+    assert got == outcome_with_notes(reference.call_keys, failing(), threads=threads)
+    assert got[0] is KeyError
