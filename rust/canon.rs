@@ -431,6 +431,13 @@ fn write_escaped_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
     let mut i = 0;
     if n < 16 {
+        // Most short strings (tool names, keys) need no escape: copied in one go.
+        let words = short_words(bytes);
+        let m = word_masks(words);
+        if m.special & !m.space & !(u32::MAX << n) == 0 {
+            push_words(out, words, n);
+            return;
+        }
         while i < n {
             let run = bytes[i..]
                 .iter()
