@@ -179,14 +179,26 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[inline]
 fn push_u_escape(out: &mut Vec<u8>, unit: u32) {
-    out.extend_from_slice(&[
-        b'\\',
-        b'u',
-        HEX[(unit >> 12 & 0xf) as usize],
-        HEX[(unit >> 8 & 0xf) as usize],
-        HEX[(unit >> 4 & 0xf) as usize],
-        HEX[(unit & 0xf) as usize],
-    ]);
+    let hex = |shift: u32| u64::from(HEX[(unit >> shift & 0xf) as usize]);
+    // `\uXXXX` as one 8-byte store (of which the length takes 6): escapes come in runs in
+    // text that is not Latin, one for every character.
+    let escape = u64::from(b'\\')
+        | u64::from(b'u') << 8
+        | hex(12) << 16
+        | hex(8) << 24
+        | hex(4) << 32
+        | hex(0) << 40;
+    out.reserve(8);
+    let len = out.len();
+    // SAFETY: 8 bytes of spare capacity were reserved and are written; the length covers
+    // the first 6.
+    unsafe {
+        out.as_mut_ptr()
+            .add(len)
+            .cast::<[u8; 8]>()
+            .write_unaligned(escape.to_le_bytes());
+        out.set_len(len + 6);
+    }
 }
 
 /// Writes one code point as `json.dumps` with `ensure_ascii=True` does.
@@ -487,12 +499,38 @@ pub fn write_collapsed_str(out: &mut Vec<u8>, text: Text<'_>) {
     match text {
         Text::Latin1(bytes) => write_collapsed_bytes::<false>(out, bytes),
         Text::Wtf8(bytes) => write_collapsed_bytes::<true>(out, bytes),
-        _ => {
+        Text::Ucs2(units) => write_collapsed_ucs2(out, units),
+        Text::Ucs4(_) => {
             let mut state = Collapse::default();
             text.for_each_code_point(|c| state.push(out, c));
         }
     }
     out.push(b'"');
+}
+
+/// [`write_collapsed_str`] of UCS-2 code units (CPython's two-byte strings: text with a
+/// character past U+00FF, as CJK, Greek or Cyrillic text is): ASCII classed by table, and
+/// every other unit escaped as it is (a lone surrogate too, as `json.dumps` does) unless it
+/// is whitespace.
+fn write_collapsed_ucs2(out: &mut Vec<u8>, units: &[u16]) {
+    let mut state = Collapse::default();
+    out.reserve(units.len() * 6);
+    for &unit in units {
+        let c = u32::from(unit);
+        let class = if c < 0x80 { CLASS[c as usize] } else { ESCAPE };
+        if class == SPACE || (c >= 0x80 && is_python_whitespace(c)) {
+            state.pending_space = state.in_word;
+            continue;
+        }
+        state.start_word(out);
+        if class == PLAIN {
+            out.push(c as u8);
+        } else if c < 0x80 {
+            push_escaped(out, c);
+        } else {
+            push_u_escape(out, c);
+        }
+    }
 }
 
 /// The state of `" ".join(s.split())` between two code points.
@@ -925,6 +963,27 @@ mod tests {
                     collapsed(Text::Ucs4(&code_points)),
                     "{code_points:x?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn ucs2_collapsing_matches_the_code_point_path() {
+        let extras: [u16; 8] = [
+            0x3000, 0x2028, 0x1680, 0xd800, 0xdfff, 0x6771, 0x0391, 0xfeff,
+        ];
+        for case in chunk_boundary_cases() {
+            let units: Vec<u16> = case.iter().map(|&b| u16::from(b)).collect();
+            for (n, &extra) in extras.iter().enumerate() {
+                let mut v = units.clone();
+                let at = (n * 5) % (v.len() + 1);
+                v.insert(at, extra);
+                let mut fast = Vec::new();
+                write_collapsed_ucs2(&mut fast, &v);
+                let mut slow = Vec::new();
+                let mut state = Collapse::default();
+                Text::Ucs2(&v).for_each_code_point(|c| state.push(&mut slow, c));
+                assert_eq!(fast, slow, "{v:x?}");
             }
         }
     }
