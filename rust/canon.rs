@@ -598,7 +598,7 @@ fn write_collapsed_bytes_portable<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[
 
 /// [`write_collapsed_bytes`] of fewer than 16 bytes: in one go when they are printable
 /// ASCII with single spaces between words (most short values), else as one chunk of a long
-/// string, from a padded copy.
+/// string.
 fn write_short_collapsed<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
     let words = short_words(bytes);
@@ -610,10 +610,9 @@ fn write_short_collapsed<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     if (m.special & !m.space | lonely_space) & in_chunk == 0 {
         push_words(out, words, n);
     } else {
-        let mut padded = [b'a'; 32];
-        padded[..8].copy_from_slice(&words.0.to_le_bytes());
-        padded[8..16].copy_from_slice(&words.1.to_le_bytes());
-        collapse_chunk::<WTF8>(out, &padded, n, 0, m, &mut Collapse::default());
+        // From the string itself: a copy put together from the words would be read back
+        // before its stores are done (a store-forwarding stall).
+        collapse_chunk::<WTF8>(out, bytes, n, 0, m, &mut Collapse::default());
     }
 }
 
