@@ -14,7 +14,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::canon::{self, Text};
 use crate::key::{key_of_buffer, Key};
@@ -103,8 +103,30 @@ impl VolatileKeys {
                 obj.get_type().name()?
             )));
         }
+        if let Ok(set) = obj.cast_exact::<PyFrozenSet>() {
+            return Self::from_frozenset(set);
+        }
         let set = PyFrozenSet::new(py, obj.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
         Self::from_set(set).map(Arc::new)
+    }
+
+    /// The set for a frozenset, which (immutable) is used as it is: the same one as last
+    /// time when the caller passes the same object call after call, as callers with a set
+    /// of their own usually do, so that the layouts remembered under it serve again.
+    fn from_frozenset(set: &Bound<'_, PyFrozenSet>) -> PyResult<Arc<Self>> {
+        /// The last frozenset met, held by its `VolatileKeys` (so its address is its own).
+        static LAST: Mutex<Option<Arc<VolatileKeys>>> = Mutex::new(None);
+        let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = last.as_ref().filter(|k| k.set.as_ptr() == set.as_ptr()) {
+            return Ok(Arc::clone(keys));
+        }
+        let keys = Arc::new(Self::from_set(set.clone())?);
+        let replaced = last.replace(Arc::clone(&keys));
+        drop(last);
+        // Freed outside the lock: freeing a set's elements may run Python code, which may
+        // key a call of its own.
+        drop(replaced);
+        Ok(keys)
     }
 
     fn from_set(set: Bound<'_, PyFrozenSet>) -> PyResult<Self> {
