@@ -730,6 +730,15 @@ pub(crate) fn collapse_chunk<const WTF8: bool>(
             // A run of ASCII whitespace: all of it is one pending space.
             state.pending_space = state.in_word;
             k = next + (!(white >> next)).trailing_zeros() as usize;
+        } else if !WTF8 && b >= 0x80 {
+            // A Latin-1 letter (or U+0085, U+00A0, whitespace): classed by table.
+            if CLASS[b as usize] == SPACE {
+                state.pending_space = state.in_word;
+            } else {
+                state.start_word(out);
+                push_u_escape(out, u32::from(b));
+            }
+            k = next + 1;
         } else {
             let (c, len) = code_point_at::<WTF8>(bytes, i + next, b);
             state.push(out, c);
