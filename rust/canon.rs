@@ -592,7 +592,7 @@ fn write_collapsed_bytes_portable<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[
     let (n, mut i) = (bytes.len(), 0);
     let mut state = Collapse::default();
     while i < n {
-        i = collapse_chunk::<WTF8>(out, bytes, n, i, chunk_masks(bytes, i), &mut state);
+        i = collapse_chunk::<WTF8>(out, bytes, i, chunk_masks(bytes, i), &mut state);
     }
 }
 
@@ -612,7 +612,7 @@ fn write_short_collapsed<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
     } else {
         // From the string itself: a copy put together from the words would be read back
         // before its stores are done (a store-forwarding stall).
-        collapse_chunk::<WTF8>(out, bytes, n, 0, m, &mut Collapse::default());
+        collapse_chunk::<WTF8>(out, bytes, 0, m, &mut Collapse::default());
     }
 }
 
@@ -691,15 +691,13 @@ fn push_words(out: &mut Vec<u8>, (low, high): (u64, u64), n: usize) {
     }
 }
 
-/// Collapses the (up to) 16 bytes from `bytes[i]` of the string `bytes[..end]` (`bytes`
-/// may go on with padding, to read 16 bytes at a time), whose masks are `m` (bits past
-/// `end` set in `m.special`), and returns where the next chunk starts: past this one, or
-/// past the multi-byte code point that straddles its end.
+/// Collapses the (up to) 16 bytes from `bytes[i]`, whose masks are `m` (bits past the end
+/// set in `m.special`), and returns where the next chunk starts: past this one, or past the
+/// multi-byte code point that straddles its end.
 #[inline(always)]
 pub(crate) fn collapse_chunk<const WTF8: bool>(
     out: &mut Vec<u8>,
     bytes: &[u8],
-    end: usize,
     i: usize,
     m: Masks,
     state: &mut Collapse,
@@ -710,7 +708,7 @@ pub(crate) fn collapse_chunk<const WTF8: bool>(
     let after_word = state.in_word && !state.pending_space;
     let left_special = (m.special << 1) | u32::from(!after_word);
     let right_special = (m.special >> 1) | (1 << 15);
-    let width = (end - i).min(16);
+    let width = (bytes.len() - i).min(16);
     let in_chunk = !(u32::MAX << width);
     let mut bad = ((m.special & !m.space) | (m.space & (left_special | right_special))) & in_chunk;
     let white = m.white & in_chunk;

@@ -74,7 +74,7 @@ pub unsafe fn write_collapsed_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: 
         if i < n {
             // A chunk with something to escape, or the last few bytes.
             let masks = canon::chunk_masks(bytes, i);
-            i = canon::collapse_chunk::<WTF8>(out, bytes, n, i, masks, &mut state);
+            i = canon::collapse_chunk::<WTF8>(out, bytes, i, masks, &mut state);
         }
     }
 }
