@@ -729,7 +729,9 @@ pub(crate) fn collapse_chunk<const WTF8: bool>(
             state.pending_space = state.in_word;
             k = next + (!(white >> next)).trailing_zeros() as usize;
         } else if !WTF8 && b >= 0x80 {
-            // A Latin-1 letter (or U+0085, U+00A0, whitespace): classed by table.
+            // A Latin-1 letter (or U+0085, U+00A0, whitespace): classed by table. Here rather
+            // than in `Collapse::push`, which every code point goes through: there, even
+            // with the table, accented text measured 7% slower.
             if CLASS[b as usize] == SPACE {
                 state.pending_space = state.in_word;
             } else {
