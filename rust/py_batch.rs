@@ -23,10 +23,8 @@ use crate::py_json::{is_exact_text, json_key, raise, JsonText};
 /// cache; two or more: enough to share out, see [`PARALLEL_MIN_BYTES`]).
 const SERIAL_BLOCK_BYTES: usize = 64 * 1024;
 const PARALLEL_BLOCK_BYTES: usize = 1024 * 1024;
-/// ...or this many calls, whichever comes first (with threads: more, so that each hand-over
-/// to the workers carries enough work to be worth waking them).
-const SERIAL_BLOCK_CALLS: usize = 4096;
-const PARALLEL_BLOCK_CALLS: usize = 8192;
+/// ...or this many calls, whichever comes first (with threads, 8,192 measured no better).
+const BLOCK_CALLS: usize = 4096;
 /// A block with less JSON text than this is keyed on this thread: starting threads, or
 /// waking them, costs more.
 const PARALLEL_MIN_BYTES: usize = 256 * 1024;
@@ -57,7 +55,7 @@ pub fn call_keys<'py>(
         key_in_parallel(&mut reader, threads, &mut keys)?;
     } else {
         while !reader.done {
-            let block = reader.read_block(&mut keys, SERIAL_BLOCK_BYTES, SERIAL_BLOCK_CALLS);
+            let block = reader.read_block(&mut keys, SERIAL_BLOCK_BYTES);
             let results = py.detach(|| key_texts(&block.pending, &block.names, volatile.names()));
             apply(py, &block.pending, results, &volatile, &mut keys)?;
         }
@@ -85,7 +83,7 @@ fn key_in_parallel(
         // start is no error: the others (or this thread) do its share.
         let mut workers: Vec<Worker<'_>> = Vec::new();
         let mut started = false;
-        let mut block = reader.read_block(keys, PARALLEL_BLOCK_BYTES, PARALLEL_BLOCK_CALLS);
+        let mut block = reader.read_block(keys, PARALLEL_BLOCK_BYTES);
         loop {
             let Block {
                 mut pending,
@@ -115,8 +113,7 @@ fn key_in_parallel(
                     busy += 1;
                 }
             }
-            let next = (!reader.done)
-                .then(|| reader.read_block(keys, PARALLEL_BLOCK_BYTES, PARALLEL_BLOCK_CALLS));
+            let next = (!reader.done).then(|| reader.read_block(keys, PARALLEL_BLOCK_BYTES));
             let results = py.detach(|| key_texts(&pending, &tool_names, names));
             apply(py, &pending, results, volatile, keys)?;
             for worker in &workers[..busy] {
@@ -224,17 +221,12 @@ struct Reader<'a, 'py> {
 }
 
 impl<'py> Reader<'_, 'py> {
-    /// Reads calls until the block holds `block_bytes` of JSON text or `block_calls` calls,
-    /// or the batch ends. A call that is not JSON text is keyed at once.
-    fn read_block(
-        &mut self,
-        keys: &mut Vec<Key>,
-        block_bytes: usize,
-        block_calls: usize,
-    ) -> Block<'py> {
+    /// Reads calls until the block holds `block_bytes` of JSON text or [`BLOCK_CALLS`]
+    /// calls, or the batch ends. A call that is not JSON text is keyed at once.
+    fn read_block(&mut self, keys: &mut Vec<Key>, block_bytes: usize) -> Block<'py> {
         let mut block = Block::default();
         self.last_name = None;
-        while !self.done && block.bytes < block_bytes && block.pending.len() < block_calls {
+        while !self.done && block.bytes < block_bytes && block.pending.len() < BLOCK_CALLS {
             match self.calls.next() {
                 None => self.done = true,
                 Some(Err(err)) => {

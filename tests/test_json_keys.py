@@ -1533,10 +1533,11 @@ def test_call_keys_sees_calls_appended_while_it_reads(backend: ModuleType) -> No
 
 
 # With threads, workers key most of each block while the next block is read: a batch of
-# several blocks (8,192 calls each, natively), with errors in later blocks and the
-# iterable failing while a block is being keyed.
+# several blocks (4,096 calls each natively, big enough to be shared), with errors in later
+# blocks and the iterable failing while a block is being keyed.
 MANY = [
-    ("get_logs", json.dumps({"service": f"s{i % 7}", "n": i, "q": "  x  "})) for i in range(20_000)
+    ("get_logs", json.dumps({"service": f"s{i % 7}", "n": i, "q": "  x  ", "pad": "x" * 40}))
+    for i in range(20_000)
 ]
 
 
@@ -1545,7 +1546,12 @@ def test_call_keys_several_blocks_like_reference(core: ModuleType, threads: int)
     assert core.call_keys(MANY, threads=threads) == [
         reference.call_key("get_logs", json.loads(text)) for _, text in MANY
     ]
-    for errors in ({9_000: BAD_TEXT, 17_000: BAD_DICT}, {17_500: BAD_PAIR}, {8_191: BAD_TEXT}):
+    for errors in (
+        {9_000: BAD_TEXT, 17_000: BAD_DICT},
+        {17_500: BAD_PAIR},
+        {8_191: BAD_TEXT},
+        {4_095: BAD_TEXT},
+    ):
         batch = broken_at(MANY, errors)
         got = outcome_with_notes(core.call_keys, batch, threads=threads)
         assert got == outcome_with_notes(reference.call_keys, batch, threads=threads)
