@@ -26,31 +26,74 @@ const SHA256_INITIAL: [u32; 8] = [
     0x5be0_cd19,
 ];
 
-/// [`key_of`] the bytes in `buffer`, which is left as it was. SHA-256's padding is
-/// appended to the buffer itself and every block compressed in one call: for the short
-/// canonical texts of most calls this saves a fifth of the hashing (the hasher would copy
-/// the tail into a block of its own and compress it separately).
-pub fn key_of_buffer(buffer: &mut Vec<u8>) -> Key {
-    let len = buffer.len();
-    // A 1 bit, zeros up to 8 bytes short of a block boundary, the length in bits.
-    let zeros = (119 - len % 64) % 64;
-    buffer.reserve(72);
-    // SAFETY: 72 bytes of spare capacity were reserved: the fixed-size writes (a 0x80 and 64
-    // zeros, then the length at `1 + zeros` <= 64) stay within them, and the new length
-    // covers exactly the bytes written.
-    unsafe {
-        let end = buffer.as_mut_ptr().add(len);
-        end.write(0x80);
-        end.add(1).cast::<[u8; 64]>().write_unaligned([0; 64]);
-        let bits = (len as u64).wrapping_mul(8).to_be_bytes();
-        end.add(1 + zeros).cast::<[u8; 8]>().write_unaligned(bits);
-        buffer.set_len(len + 1 + zeros + 8);
+/// SHA-256 over a buffer that is still being written: blocks already complete can be
+/// compressed while the rest is written ([`Progress::absorb_block`]), so that hashing, which
+/// is latency-bound, overlaps the writer's own work instead of following it.
+#[derive(Clone, Copy)]
+pub struct Progress {
+    state: [u32; 8],
+    /// How many bytes from the buffer's start are in `state` (a multiple of 64).
+    hashed: usize,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            state: SHA256_INITIAL,
+            hashed: 0,
+        }
     }
-    let mut state = SHA256_INITIAL;
-    let bytes: &[u8] = buffer;
+}
+
+impl Progress {
+    /// How many bytes from the buffer's start are hashed.
+    pub fn hashed(&self) -> usize {
+        self.hashed
+    }
+
+    /// Compresses the next block of `buffer`, if it is complete. `buffer` must start with
+    /// the bytes hashed so far, unchanged.
+    #[inline]
+    pub fn absorb_block(&mut self, buffer: &[u8]) {
+        if let Some(block) = buffer.get(self.hashed..self.hashed + 64) {
+            compress(&mut self.state, block);
+            self.hashed += 64;
+        }
+    }
+
+    /// The key of all of `buffer`, which is left as it was. SHA-256's padding is appended
+    /// to the buffer itself and the remaining blocks compressed in one call: for the short
+    /// canonical texts of most calls this saves a fifth of the hashing (the hasher would
+    /// copy the tail into a block of its own and compress it separately).
+    pub fn finish(mut self, buffer: &mut Vec<u8>) -> Key {
+        let len = buffer.len();
+        // A 1 bit, zeros up to 8 bytes short of a block boundary, the length in bits.
+        let zeros = (119 - len % 64) % 64;
+        buffer.reserve(72);
+        // SAFETY: 72 bytes of spare capacity were reserved: the fixed-size writes (a 0x80 and
+        // 64 zeros, then the length at `1 + zeros` <= 64) stay within them, and the new
+        // length covers exactly the bytes written.
+        unsafe {
+            let end = buffer.as_mut_ptr().add(len);
+            end.write(0x80);
+            end.add(1).cast::<[u8; 64]>().write_unaligned([0; 64]);
+            let bits = (len as u64).wrapping_mul(8).to_be_bytes();
+            end.add(1 + zeros).cast::<[u8; 8]>().write_unaligned(bits);
+            buffer.set_len(len + 1 + zeros + 8);
+        }
+        compress(&mut self.state, &buffer[self.hashed..]);
+        buffer.truncate(len);
+        u64::from(self.state[0]) << 32 | u64::from(self.state[1])
+    }
+}
+
+/// Compresses `bytes`, a whole number of blocks, into `state`.
+#[inline]
+fn compress(state: &mut [u32; 8], bytes: &[u8]) {
+    debug_assert_eq!(bytes.len() % 64, 0);
     // SAFETY: `GenericArray<u8, U64>` is a `repr(transparent)` wrapper of 64 bytes
-    // (alignment 1), so the padded buffer, a whole number of blocks long, is that many
-    // blocks; the slice borrows the buffer for the call only.
+    // (alignment 1), so `bytes`, a whole number of blocks long, is that many blocks; the
+    // slice borrows `bytes` for the call only.
     let blocks = unsafe {
         std::slice::from_raw_parts(
             bytes
@@ -59,9 +102,12 @@ pub fn key_of_buffer(buffer: &mut Vec<u8>) -> Key {
             bytes.len() / 64,
         )
     };
-    sha2::compress256(&mut state, blocks);
-    buffer.truncate(len);
-    u64::from(state[0]) << 32 | u64::from(state[1])
+    sha2::compress256(state, blocks);
+}
+
+/// [`key_of`] the bytes in `buffer`, which is left as it was (see [`Progress::finish`]).
+pub fn key_of_buffer(buffer: &mut Vec<u8>) -> Key {
+    Progress::default().finish(buffer)
 }
 
 /// The key as users see it: 16 lowercase hex digits, the prefix of the SHA-256 hexdigest.
@@ -110,6 +156,27 @@ mod tests {
             let mut buffer = text[..len].to_vec();
             assert_eq!(key_of_buffer(&mut buffer), key_of(&text[..len]), "{len}");
             assert_eq!(buffer, text[..len]);
+        }
+    }
+
+    #[test]
+    fn hashing_blocks_as_they_fill_is_sha256() {
+        let text: Vec<u8> = (0..400u32).map(|i| (i * 13 % 251) as u8).collect();
+        for len in (0..text.len()).step_by(7) {
+            // Written a few bytes at a time, with a block hashed whenever one is complete.
+            for step in [1, 5, 64, 100] {
+                let (mut buffer, mut progress) = (Vec::new(), Progress::default());
+                for piece in text[..len].chunks(step) {
+                    buffer.extend_from_slice(piece);
+                    progress.absorb_block(&buffer);
+                }
+                assert_eq!(
+                    progress.finish(&mut buffer),
+                    key_of(&text[..len]),
+                    "{len} {step}"
+                );
+                assert_eq!(buffer, text[..len]);
+            }
         }
     }
 
