@@ -82,6 +82,12 @@ impl<'a> Text<'a> {
     }
 }
 
+/// Equality of two short byte strings (keys), inline: a `memcmp` call costs more.
+#[inline]
+pub fn same_short(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && cmp_short(a, b).is_eq()
+}
+
 /// Byte-wise order, inline: keys are short and usually differ early, where a call to
 /// `memcmp` would cost more than the comparison.
 #[inline]
@@ -544,7 +550,7 @@ pub(crate) struct Collapse {
 
 impl Collapse {
     #[inline]
-    pub(crate) fn push(&mut self, out: &mut Vec<u8>, c: u32) {
+    fn push(&mut self, out: &mut Vec<u8>, c: u32) {
         if is_python_whitespace(c) {
             self.pending_space = self.in_word;
         } else {
@@ -755,7 +761,7 @@ pub(crate) fn collapse_chunk<const WTF8: bool>(
 /// The byte-at-a-time originals of the two functions above, kept as the reference the fast
 /// paths are tested against.
 #[cfg(test)]
-mod scalar {
+pub(crate) mod scalar {
     use super::*;
 
     fn needs_escape(b: u8) -> bool {

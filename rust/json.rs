@@ -370,7 +370,10 @@ impl Canon<'_, '_> {
                 let (null, after_value) = self.value(i, depth)?;
                 let key_bytes = self.bytes(key);
                 let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
-                    && self.volatile.iter().any(|v| same_short(v, key_bytes));
+                    && self
+                        .volatile
+                        .iter()
+                        .any(|v| canon::same_short(v, key_bytes));
                 if volatile {
                     // Every member with this key goes, so it needs no tombstone.
                     self.out.truncate(with_comma);
@@ -436,9 +439,9 @@ impl Canon<'_, '_> {
         let mut first = true;
         for n in 0..members.len() {
             let member = members[n];
-            let superseded = members
-                .get(n + 1)
-                .is_some_and(|next| same_short(self.bytes(next.key), self.bytes(member.key)));
+            let superseded = members.get(n + 1).is_some_and(|next| {
+                canon::same_short(self.bytes(next.key), self.bytes(member.key))
+            });
             if superseded || member.start == member.end {
                 continue;
             }
@@ -549,12 +552,6 @@ fn decimal_is_its_repr(literal: &[u8]) -> bool {
     significant <= 15
 }
 
-/// Equality of two short byte strings (keys), inline: a `memcmp` call costs more.
-#[inline]
-fn same_short(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && canon::cmp_short(a, b).is_eq()
-}
-
 fn hex4(digits: &[u8]) -> Option<u32> {
     digits.iter().try_fold(0u32, |acc, &d| {
         let v = (d as char).to_digit(16)?;
@@ -642,11 +639,9 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         // Pseudo-random decimals of every length up to 18 digits.
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = crate::test_rng::xorshift(0x2545_f491_4f6c_dd1d);
         for _ in 0..200_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            let state = next();
             let digits = format!("{state:020}");
             let int_len = (state % 17) as usize;
             let frac_len = 1 + (state >> 8) as usize % 17;

@@ -14,6 +14,9 @@ pub fn key_of(canonical: &[u8]) -> Key {
     u64::from_be_bytes(first)
 }
 
+/// SHA-256's block size in bytes.
+pub const BLOCK: usize = 64;
+
 /// SHA-256's initial state (FIPS 180-4, 5.3.3).
 const SHA256_INITIAL: [u32; 8] = [
     0x6a09_e667,
@@ -29,7 +32,6 @@ const SHA256_INITIAL: [u32; 8] = [
 /// SHA-256 over a buffer that is still being written: blocks already complete can be
 /// compressed while the rest is written ([`Progress::absorb_block`]), so that hashing, which
 /// is latency-bound, overlaps the writer's own work instead of following it.
-#[derive(Clone, Copy)]
 pub struct Progress {
     state: [u32; 8],
     /// How many bytes from the buffer's start are in `state` (a multiple of 64).
@@ -55,9 +57,9 @@ impl Progress {
     /// the bytes hashed so far, unchanged.
     #[inline]
     pub fn absorb_block(&mut self, buffer: &[u8]) {
-        if let Some(block) = buffer.get(self.hashed..self.hashed + 64) {
+        if let Some(block) = buffer.get(self.hashed..self.hashed + BLOCK) {
             compress(&mut self.state, block);
-            self.hashed += 64;
+            self.hashed += BLOCK;
         }
     }
 

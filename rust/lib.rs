@@ -13,6 +13,20 @@ mod py_guard;
 mod py_json;
 pub mod shapes;
 
+/// Deterministic pseudo-random numbers for the unit tests' generated cases.
+#[cfg(test)]
+mod test_rng {
+    /// Marsaglia's xorshift64: fast, repeatable, and good enough to spread test cases.
+    pub fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+}
+
 use pyo3::prelude::*;
 
 #[pymodule]

@@ -256,13 +256,7 @@ mod tests {
 
     #[test]
     fn short_decimals_are_written_as_repr_writes_them() {
-        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         let mut taken = 0;
         for n in 0..400_000 {
             let r = next();

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::canon::{self, Text};
-use crate::key::{Key, Progress};
+use crate::key::{Key, Progress, BLOCK};
 use crate::numbers;
 use crate::shapes::{KeyHandle, ShapeCache};
 
@@ -200,11 +200,11 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     match text_of(text)? {
         Text::Latin1(units) => {
             out.reserve(units.len() * 2);
-            push_wtf8_chunked(&mut out, units, 16, push_ascii_latin1);
+            push_wtf8_chunked(&mut out, units, ascii_of_latin1);
         }
         Text::Ucs2(units) => {
             out.reserve(units.len() * 3);
-            push_wtf8_chunked(&mut out, units, 16, push_ascii_ucs2);
+            push_wtf8_chunked(&mut out, units, ascii_of_ucs2);
         }
         other => other
             .code_points()
@@ -213,21 +213,21 @@ pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     Ok(out)
 }
 
-/// Appends `units` as WTF-8: `width` at a time through `push_ascii` (which appends a chunk
-/// that is all ASCII and refuses any other), one by one where it refuses and at the end.
+/// Appends `units` as WTF-8: 16 at a time where `ascii` narrows them (all ASCII), else
+/// unit by unit.
 fn push_wtf8_chunked<U: Copy + Into<u32>>(
     out: &mut Vec<u8>,
     units: &[U],
-    width: usize,
-    push_ascii: impl Fn(&mut Vec<u8>, &[U]) -> bool,
+    ascii: impl Fn(&[U; 16]) -> Option<[u8; 16]>,
 ) {
-    let mut chunks = units.chunks_exact(width);
-    for chunk in &mut chunks {
-        if !push_ascii(out, chunk) {
-            push_bmp_units(out, chunk);
+    let (chunks, rest) = units.as_chunks::<16>();
+    for chunk in chunks {
+        match ascii(chunk) {
+            Some(bytes) => canon::push_small(out, &bytes),
+            None => push_bmp_units(out, chunk),
         }
     }
-    push_bmp_units(out, chunks.remainder());
+    push_bmp_units(out, rest);
 }
 
 /// Appends code units below U+10000 (Latin-1 or UCS-2; a surrogate as the three bytes of
@@ -257,30 +257,10 @@ fn push_bmp_units<U: Copy + Into<u32>>(out: &mut Vec<u8>, units: &[U]) {
     unsafe { out.set_len(len + n) };
 }
 
-/// Appends 16 Latin-1 units and returns true when all are ASCII; else appends nothing.
+/// 16 Latin-1 units as they are, if all are ASCII.
 #[inline(always)]
-fn push_ascii_latin1(out: &mut Vec<u8>, chunk: &[u8]) -> bool {
-    if chunk.len() != 16 || !chunk.is_ascii() {
-        return false;
-    }
-    canon::push_small(out, chunk);
-    true
-}
-
-/// Appends 16 UCS-2 units as bytes and returns true when all are ASCII; else appends
-/// nothing.
-#[inline(always)]
-fn push_ascii_ucs2(out: &mut Vec<u8>, chunk: &[u16]) -> bool {
-    let Ok(units) = <&[u16; 16]>::try_from(chunk) else {
-        return false;
-    };
-    match ascii_of_ucs2(units) {
-        Some(bytes) => {
-            canon::push_small(out, &bytes);
-            true
-        }
-        None => false,
-    }
+fn ascii_of_latin1(units: &[u8; 16]) -> Option<[u8; 16]> {
+    units.is_ascii().then_some(*units)
 }
 
 /// 16 UCS-2 units as 16 bytes, if all are ASCII: one check and one narrowing for all
@@ -396,10 +376,6 @@ struct Deferred<'py> {
     depth: usize,
 }
 
-/// The length at which a walk starts hashing as it goes. Each separate compression costs
-/// ~10 ns of setup, so short canonical texts (most calls) are hashed in one go at the end.
-const FIRST_ABSORB: usize = 256;
-
 /// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
 struct Walker<'a, 'py> {
     py: Python<'py>,
@@ -431,7 +407,7 @@ impl<'py> Walker<'_, 'py> {
         match self.hashing.as_deref_mut() {
             Some(progress) if self.deferred.is_empty() => {
                 progress.absorb_block(&self.out);
-                self.next_block_end = progress.hashed() + 64;
+                self.next_block_end = progress.hashed() + BLOCK;
             }
             _ => self.next_block_end = usize::MAX,
         }
@@ -717,11 +693,7 @@ fn write_canonical(
         shapes: &mut shapes,
         out,
         deferred: Vec::new(),
-        next_block_end: if hashing.is_some() {
-            FIRST_ABSORB
-        } else {
-            usize::MAX
-        },
+        next_block_end: if hashing.is_some() { BLOCK } else { usize::MAX },
         hashing,
     };
     walker.out.extend_from_slice(b"{\"args\":");

@@ -130,9 +130,7 @@ impl<H: KeyHandle> Shape<H> {
             let units = &self.units[start..end];
             start = end;
             let (other_repr, other_units) = raw(key(i));
-            repr == other_repr
-                && units.len() == other_units.len()
-                && canon::cmp_short(units, other_units).is_eq()
+            repr == other_repr && canon::same_short(units, other_units)
         })
     }
 

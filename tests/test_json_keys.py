@@ -1487,7 +1487,7 @@ def test_call_keys_errors_in_a_large_batch_like_reference(
 
 # --- text at chunk boundaries, and batches in every container ----------------------------
 
-# The native core converts and scans text 8 or 16 units at a time; a character that is not
+# The native core converts and scans text 16 units at a time; a character that is not
 # ASCII (Latin-1, BMP, astral, a lone surrogate) lands on every offset of such a chunk here.
 ODD_CHARACTERS = ["é", "\xa0", "東", "\u3000", "😀", "\ud800"]
 

@@ -304,6 +304,23 @@ def test_tuples_are_not_normalised_inside(impl: Any) -> None:
     assert impl.canonical_json("t", ()) == dumped("[]")
 
 
+def test_long_calls_with_corners_anywhere(impl: Any) -> None:
+    # The native core hashes a long call's canonical text block by block while it writes it,
+    # and stops where a corner (written by Python and spliced in) first appears; long strings
+    # of code are collapsed 64 bytes at a time where the processor can. Corners before,
+    # between and after many blocks; strings of every length across those chunks.
+    code = 'if x:\n    say("hi \\"there\\"")\t\t# ok  \n'
+    corners: list[Any] = [2**70, ("a  b", 1.0), Label(" x  y "), {1: "non-str key"}, Ratio(2.5)]
+    for before in (0, 1, 5, 40):
+        for corner in corners:
+            args = {f"k{i:02}": (code * 4)[: i * 11] for i in range(before)}
+            args["m"] = corner
+            args["z"] = [code * n for n in range(6)]
+            expected = tripwire.reference.call_key("t", args)
+            assert impl.call_key("t", args) == expected, (before, corner)
+            assert impl.canonical_json("t", args) == tripwire.reference.canonical_json("t", args)
+
+
 def test_subclasses(impl: Any) -> None:
     args = {
         "colour": Colour.RED,
