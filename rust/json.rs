@@ -90,8 +90,21 @@ enum Str {
 #[derive(Clone, Copy)]
 struct Member {
     key: Str,
+    /// The key's first 8 bytes, big-endian, zero-padded ([`key_prefix`]).
+    prefix: u64,
     start: usize,
     end: usize,
+}
+
+/// The first 8 bytes of `key` as a big-endian number, zeros past its end: keys whose
+/// prefixes differ are in the order of their prefixes (a key that ends early pads with the
+/// smallest byte), so most comparisons of keys are one comparison of numbers.
+#[inline]
+fn key_prefix(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(bytes)
 }
 
 /// Parses JSON text and writes its normalised form in the same pass, with no value tree:
@@ -134,6 +147,16 @@ impl Canon<'_, '_> {
 
     fn bytes(&self, text: Str) -> &[u8] {
         str_bytes(self.s, &self.arena, text)
+    }
+
+    /// `{"args":<the document>,"tool":<name>}`.
+    fn call(&mut self, name: Text<'_>) -> Result<(), JsonError> {
+        self.out.extend_from_slice(b"{\"args\":");
+        self.document()?;
+        self.out.extend_from_slice(b",\"tool\":");
+        canon::write_str(&mut self.out, name);
+        self.out.push(b'}');
+        Ok(())
     }
 
     fn document(&mut self) -> Result<(), JsonError> {
@@ -369,6 +392,7 @@ impl Canon<'_, '_> {
                 self.out.push(b':');
                 let (null, after_value) = self.value(i, depth)?;
                 let key_bytes = self.bytes(key);
+                let prefix = key_prefix(key_bytes);
                 let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
                     && self
                         .volatile
@@ -383,14 +407,16 @@ impl Canon<'_, '_> {
                         self.out.truncate(with_comma);
                     }
                     let end = if null { member_start } else { self.out.len() };
-                    if let Some(last) = members.last() {
-                        in_order &= canon::cmp_short(self.bytes(last.key), self.bytes(key)).is_lt();
-                    }
-                    members.push(Member {
+                    let member = Member {
                         key,
+                        prefix,
                         start: member_start,
                         end,
-                    });
+                    };
+                    if let Some(last) = members.last() {
+                        in_order &= self.member_order(last, &member).is_lt();
+                    }
+                    members.push(member);
                 }
                 i = self.skip_ws(after_value);
                 if s.get(i) == Some(&b'}') {
@@ -410,6 +436,14 @@ impl Canon<'_, '_> {
         Ok(i + 1)
     }
 
+    /// The order of two members' keys: code-point order, which is WTF-8 byte order.
+    #[inline]
+    fn member_order(&self, a: &Member, b: &Member) -> std::cmp::Ordering {
+        a.prefix
+            .cmp(&b.prefix)
+            .then_with(|| canon::cmp_short(self.bytes(a.key), self.bytes(b.key)))
+    }
+
     /// Rewrites the members written from `region` on in key order (code-point order, which
     /// is WTF-8 byte order), keeping only the last of duplicate keys (as `json.loads` does)
     /// and leaving out the ones whose value is null.
@@ -421,17 +455,14 @@ impl Canon<'_, '_> {
             for n in 1..members.len() {
                 let member = members[n];
                 let mut at = n;
-                while at > 0
-                    && canon::cmp_short(self.bytes(members[at - 1].key), self.bytes(member.key))
-                        .is_gt()
-                {
+                while at > 0 && self.member_order(&members[at - 1], &member).is_gt() {
                     members[at] = members[at - 1];
                     at -= 1;
                 }
                 members[at] = member;
             }
         } else {
-            members.sort_by(|a, b| canon::cmp_short(self.bytes(a.key), self.bytes(b.key)));
+            members.sort_by(|a, b| self.member_order(a, b));
         }
         // Most objects are small: their text is moved through the stack, not the heap.
         let spare: SmallVec<[u8; 512]> = SmallVec::from_slice(&self.out[region..]);
@@ -440,7 +471,8 @@ impl Canon<'_, '_> {
         for n in 0..members.len() {
             let member = members[n];
             let superseded = members.get(n + 1).is_some_and(|next| {
-                canon::same_short(self.bytes(next.key), self.bytes(member.key))
+                next.prefix == member.prefix
+                    && canon::same_short(self.bytes(next.key), self.bytes(member.key))
             });
             if superseded || member.start == member.end {
                 continue;
@@ -566,26 +598,39 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 /// `volatile` holds the WTF-8 names of the keys to drop; integers longer than
 /// `int_digit_limit` digits are refused as Python refuses them.
 pub fn canonical_call_into(
-    out: Vec<u8>,
+    mut out: Vec<u8>,
     name: Text<'_>,
     text: &[u8],
     volatile: &[Vec<u8>],
     int_digit_limit: usize,
 ) -> Result<Vec<u8>, JsonError> {
+    canonical_call_append(&mut out, name, text, volatile, int_digit_limit)?;
+    Ok(out)
+}
+
+/// [`canonical_call_into`] for a buffer that is lent: on an error it is left as it was.
+pub fn canonical_call_append(
+    out: &mut Vec<u8>,
+    name: Text<'_>,
+    text: &[u8],
+    volatile: &[Vec<u8>],
+    int_digit_limit: usize,
+) -> Result<(), JsonError> {
+    let start = out.len();
     let mut canon = Canon {
         s: text,
         volatile,
         int_digit_limit,
-        out,
+        out: std::mem::take(out),
         arena: Vec::new(),
         volatile_lengths: volatile.iter().fold(0, |m, v| m | length_bit(v.len())),
     };
-    canon.out.extend_from_slice(b"{\"args\":");
-    canon.document()?;
-    canon.out.extend_from_slice(b",\"tool\":");
-    canon::write_str(&mut canon.out, name);
-    canon.out.push(b'}');
-    Ok(canon.out)
+    let written = canon.call(name);
+    *out = canon.out;
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written
 }
 
 /// [`canonical_call_into`] a new buffer.

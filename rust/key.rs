@@ -18,7 +18,7 @@ pub fn key_of(canonical: &[u8]) -> Key {
 pub const BLOCK: usize = 64;
 
 /// SHA-256's initial state (FIPS 180-4, 5.3.3).
-const SHA256_INITIAL: [u32; 8] = [
+pub const SHA256_INITIAL: [u32; 8] = [
     0x6a09_e667,
     0xbb67_ae85,
     0x3c6e_f372,
@@ -69,29 +69,41 @@ impl Progress {
     /// copy the tail into a block of its own and compress it separately).
     pub fn finish(mut self, buffer: &mut Vec<u8>) -> Key {
         let len = buffer.len();
-        // A 1 bit, zeros up to 8 bytes short of a block boundary, the length in bits.
-        let zeros = (119 - len % 64) % 64;
-        buffer.reserve(72);
-        // SAFETY: 72 bytes of spare capacity were reserved: the fixed-size writes (a 0x80 and
-        // 64 zeros, then the length at `1 + zeros` <= 64) stay within them, and the new
-        // length covers exactly the bytes written.
-        unsafe {
-            let end = buffer.as_mut_ptr().add(len);
-            end.write(0x80);
-            end.add(1).cast::<[u8; 64]>().write_unaligned([0; 64]);
-            let bits = (len as u64).wrapping_mul(8).to_be_bytes();
-            end.add(1 + zeros).cast::<[u8; 8]>().write_unaligned(bits);
-            buffer.set_len(len + 1 + zeros + 8);
-        }
+        push_padding(buffer, len);
         compress(&mut self.state, &buffer[self.hashed..]);
         buffer.truncate(len);
-        u64::from(self.state[0]) << 32 | u64::from(self.state[1])
+        key_of_state(&self.state)
+    }
+}
+
+/// The key in a final SHA-256 state: the digest's first 64 bits.
+pub fn key_of_state(state: &[u32; 8]) -> Key {
+    u64::from(state[0]) << 32 | u64::from(state[1])
+}
+
+/// Appends SHA-256's padding for the message of `len` bytes that ends the buffer and starts
+/// on a block boundary: a 1 bit, zeros up to 8 bytes short of a block boundary, the length
+/// in bits. The message then ends on a block boundary too.
+pub fn push_padding(buffer: &mut Vec<u8>, len: usize) {
+    let zeros = (119 - len % 64) % 64;
+    let end = buffer.len();
+    buffer.reserve(72);
+    // SAFETY: 72 bytes of spare capacity were reserved: the fixed-size writes (a 0x80 and
+    // 64 zeros, then the length at `1 + zeros` <= 64) stay within them, and the new
+    // length covers exactly the bytes written.
+    unsafe {
+        let tail = buffer.as_mut_ptr().add(end);
+        tail.write(0x80);
+        tail.add(1).cast::<[u8; 64]>().write_unaligned([0; 64]);
+        let bits = (len as u64).wrapping_mul(8).to_be_bytes();
+        tail.add(1 + zeros).cast::<[u8; 8]>().write_unaligned(bits);
+        buffer.set_len(end + 1 + zeros + 8);
     }
 }
 
 /// Compresses `bytes`, a whole number of blocks, into `state`.
 #[inline]
-fn compress(state: &mut [u32; 8], bytes: &[u8]) {
+pub fn compress(state: &mut [u32; 8], bytes: &[u8]) {
     debug_assert_eq!(bytes.len() % 64, 0);
     // SAFETY: `GenericArray<u8, U64>` is a `repr(transparent)` wrapper of 64 bytes
     // (alignment 1), so `bytes`, a whole number of blocks long, is that many blocks; the

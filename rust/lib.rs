@@ -11,6 +11,7 @@ mod py_batch;
 mod py_canon;
 mod py_guard;
 mod py_json;
+pub mod sha_wide;
 pub mod shapes;
 
 /// Deterministic pseudo-random numbers for the unit tests' generated cases.

@@ -16,8 +16,9 @@ use pyo3::types::{PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
 use crate::canon::Text;
 use crate::json::{self, JsonError};
 use crate::key::Key;
-use crate::py_canon::{canonical_key, check_name, key_str, key_with_buffer, wtf8_of, VolatileKeys};
+use crate::py_canon::{canonical_key, check_name, key_str, wtf8_of, VolatileKeys};
 use crate::py_json::{is_exact_text, json_key, raise, JsonText};
+use crate::sha_wide::Padded;
 
 /// A block of JSON text this long is keyed before more is read (one thread: it stays in
 /// cache; two or more: enough to share out, see [`PARALLEL_MIN_BYTES`]).
@@ -367,27 +368,52 @@ impl<'py> Calls<'py> {
     }
 }
 
+/// JSON texts canonicalised before their keys are hashed together: enough to keep the
+/// hashing lanes busy ([`Padded::keys`]), few enough that their canonical bytes (~200 bytes
+/// each in typical batches) are still in cache when hashed.
+const HASHED_TOGETHER: usize = 256;
+
+/// A thread's [`Padded`] buffer is not kept past this size (one huge text made it grow).
+const KEPT_PADDED_BYTES: usize = 1 << 20;
+
+thread_local! {
+    /// Each thread reuses its own buffer of canonical texts from call to call.
+    static PADDED: std::cell::Cell<Padded> = std::cell::Cell::new(Padded::default());
+}
+
 /// Keys JSON-text calls on this thread (without the GIL: nothing here touches Python).
 fn key_texts(
     pending: &[Pending<'_>],
     names: &[Vec<u8>],
     volatile: &[Vec<u8>],
 ) -> Vec<Result<Key, JsonError>> {
-    pending
-        .iter()
-        .map(|item| {
-            // Each thread reuses its own buffer (thread-local) from call to call.
-            key_with_buffer(|out| {
-                json::canonical_call_into(
+    let mut padded = PADDED.with(|p| p.take());
+    let mut results = Vec::with_capacity(pending.len());
+    for part in pending.chunks(HASHED_TOGETHER) {
+        padded.clear();
+        let first = results.len();
+        for item in part {
+            let written = padded.push(|out| {
+                json::canonical_call_append(
                     out,
                     Text::Wtf8(&names[item.name]),
                     item.text.bytes(),
                     volatile,
                     json::MIN_INT_DIGIT_LIMIT,
                 )
-            })
-        })
-        .collect()
+            });
+            results.push(written.map(|()| 0));
+        }
+        // One key per text that was written, in order.
+        let mut keys = padded.keys().into_iter();
+        for key in results[first..].iter_mut().filter_map(|r| r.as_mut().ok()) {
+            *key = keys.next().unwrap_or_default();
+        }
+    }
+    if padded.capacity() <= KEPT_PADDED_BYTES {
+        PADDED.with(|p| p.set(padded));
+    }
+    results
 }
 
 /// Fills in the keys of keyed calls; the rare texts that need Python (integers past the
