@@ -101,10 +101,26 @@ struct Member {
 /// smallest byte), so most comparisons of keys are one comparison of numbers.
 #[inline]
 fn key_prefix(key: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = key.len().min(8);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(bytes)
+    if let Some(first) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*first);
+    }
+    // Byte by byte: a variable-length copy into a zeroed array was a call to memcpy.
+    key.iter()
+        .enumerate()
+        .fold(0, |prefix, (i, &b)| prefix | u64::from(b) << (56 - 8 * i))
+}
+
+/// [`key_prefix`] of the `len` bytes of `text` from `at`: one load where 8 bytes can be
+/// read from there (a key in the text is followed by its closing quote at least).
+#[inline]
+fn prefix_at(text: &[u8], at: usize, len: usize) -> u64 {
+    match text.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        Some(first) if len > 0 => {
+            let bytes = u64::from_be_bytes(*first);
+            bytes & !(u64::MAX.checked_shr(8 * len as u32).unwrap_or(0))
+        }
+        _ => key_prefix(&text[at..at + len]),
+    }
 }
 
 /// Parses JSON text and writes its normalised form in the same pass, with no value tree:
@@ -392,7 +408,10 @@ impl Canon<'_, '_> {
                 self.out.push(b':');
                 let (null, after_value) = self.value(i, depth)?;
                 let key_bytes = self.bytes(key);
-                let prefix = key_prefix(key_bytes);
+                let prefix = match key {
+                    Str::Input(a, b) => prefix_at(s, a, b - a),
+                    Str::Arena(..) => key_prefix(key_bytes),
+                };
                 let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
                     && self
                         .volatile
@@ -407,16 +426,17 @@ impl Canon<'_, '_> {
                         self.out.truncate(with_comma);
                     }
                     let end = if null { member_start } else { self.out.len() };
-                    let member = Member {
+                    if let Some(last) = members.last() {
+                        in_order &= last.prefix < prefix
+                            || last.prefix == prefix
+                                && canon::cmp_short(self.bytes(last.key), self.bytes(key)).is_lt();
+                    }
+                    members.push(Member {
                         key,
                         prefix,
                         start: member_start,
                         end,
-                    };
-                    if let Some(last) = members.last() {
-                        in_order &= self.member_order(last, &member).is_lt();
-                    }
-                    members.push(member);
+                    });
                 }
                 i = self.skip_ws(after_value);
                 if s.get(i) == Some(&b'}') {
@@ -657,6 +677,34 @@ mod tests {
         let volatile = vec![b"request_id".to_vec()];
         canonical_call(Text::Latin1(b"t"), text.as_bytes(), &volatile, 4300)
             .map(|bytes| String::from_utf8(bytes).unwrap())
+    }
+
+    #[test]
+    fn key_prefixes_order_keys_as_their_bytes_do() {
+        let mut next = crate::test_rng::xorshift(0x9e37);
+        // Short keys over a tiny alphabet with NUL, so that prefixes often tie or differ
+        // only by padding.
+        let keys: Vec<Vec<u8>> = (0..400)
+            .map(|_| {
+                let len = (next() % 11) as usize;
+                (0..len)
+                    .map(|_| [0, 1, b'a', 0xff][(next() % 4) as usize])
+                    .collect()
+            })
+            .collect();
+        for a in &keys {
+            for b in &keys {
+                let (pa, pb) = (key_prefix(a), key_prefix(b));
+                if pa != pb {
+                    assert_eq!(pa.cmp(&pb), a.cmp(b), "{a:?} {b:?}");
+                }
+            }
+            // Read from a text in which the key is followed by more bytes, or not.
+            let mut text = a.clone();
+            assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
+            text.extend_from_slice(b"\"ab\xff\xff\xff\xff\xff\xff\xff");
+            assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyFrozenSet, PyList, PyString};
+use pyo3::Borrowed;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -352,13 +353,6 @@ fn too_deep() -> PyErr {
     PyRecursionError::new_err(format!("arguments nested deeper than {MAX_DEPTH} levels"))
 }
 
-/// A dict entry being written: the key and the value, owned (a callback into Python later
-/// in the walk may change the dict).
-struct Entry<'py> {
-    key: Bound<'py, PyString>,
-    value: Bound<'py, PyAny>,
-}
-
 /// A dict key held by a remembered shape ([`ShapeCache`]).
 struct HeldKey(Py<PyString>);
 
@@ -388,6 +382,12 @@ struct Walker<'a, 'py> {
     hashing: Option<&'a mut Progress>,
     /// The length of `out` at which its next block is complete (`usize::MAX`: not hashing).
     next_block_end: usize,
+    /// The entries of the dicts being walked, (key, value), borrowed from them: no
+    /// reference counting for the common walk, in which no Python code runs (owned, the
+    /// references cost the 1 KB call 7% and the 100 KB call 3%).
+    entries: Vec<(*mut ffi::PyObject, *mut ffi::PyObject)>,
+    /// The first this many entries hold a reference of the walk's own ([`Walker::pin_entries`]).
+    pinned: usize,
 }
 
 impl<'py> Walker<'_, 'py> {
@@ -413,6 +413,10 @@ impl<'py> Walker<'_, 'py> {
         }
     }
 
+    /// Inlined into the dict and list loops, which stay out of line: a scalar then costs no
+    /// call, where it cost a call with the containers' large frame (seed call 170 -> 164 ns,
+    /// 100 KB call 94 -> 92 µs).
+    #[inline(always)]
     fn value(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
         let ty = obj.get_type_ptr();
         if std::ptr::eq(ty, &raw mut ffi::PyUnicode_Type) {
@@ -463,6 +467,7 @@ impl<'py> Walker<'_, 'py> {
         }
     }
 
+    #[inline(never)]
     fn list(&mut self, list: &Bound<'py, PyList>, depth: usize) -> PyResult<()> {
         if depth >= MAX_DEPTH {
             return Err(too_deep());
@@ -484,57 +489,67 @@ impl<'py> Walker<'_, 'py> {
         Ok(())
     }
 
+    #[inline(never)]
     fn dict(&mut self, dict: &Bound<'py, PyDict>, depth: usize) -> PyResult<()> {
         if depth >= MAX_DEPTH {
             return Err(too_deep());
         }
-        // Owned references (an incref each): a callback into Python later in the walk may
-        // change the dict. Most argument dicts are small, so the entries live on the stack.
-        let mut entries: SmallVec<[Entry<'py>; 8]> = SmallVec::new();
+        let base = self.entries.len();
+        let walked = self.dict_entries(dict, depth, base);
+        self.release_entries(base);
+        walked
+    }
+
+    /// Walks `dict`, its entries listed in `self.entries` from `base` on.
+    fn dict_entries(
+        &mut self,
+        dict: &Bound<'py, PyDict>,
+        depth: usize,
+        base: usize,
+    ) -> PyResult<()> {
         let mut pos: ffi::Py_ssize_t = 0;
         let mut key_ptr = std::ptr::null_mut();
         let mut value_ptr = std::ptr::null_mut();
-        // SAFETY: `dict` is a dict; PyDict_Next hands out borrowed references that are
-        // valid until the dict changes, and each is turned into an owned one at once. No
-        // Python code runs inside this loop, so the dict cannot change during it.
+        // SAFETY: `dict` is a dict; PyDict_Next hands out borrowed references, valid while
+        // the dict is unchanged, and no Python code runs in this loop.
         while unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key_ptr, &mut value_ptr) }
             != 0
         {
-            let (key, value) = unsafe {
-                (
-                    Bound::from_borrowed_ptr(self.py, key_ptr),
-                    Bound::from_borrowed_ptr(self.py, value_ptr),
-                )
-            };
-            if !is_exact(&key, &raw mut ffi::PyUnicode_Type) {
+            // SAFETY: comparing the type pointer of a live object.
+            if unsafe { ffi::Py_TYPE(key_ptr) } != &raw mut ffi::PyUnicode_Type {
                 // Non-str keys sort and compare as only Python knows: the whole dict goes back.
                 return self.hand_to_python(dict.as_any(), depth);
             }
-            entries.push(Entry {
-                // SAFETY: exact str, checked above.
-                key: unsafe { key.cast_into_unchecked::<PyString>() },
-                value,
-            });
+            self.entries.push((key_ptr, value_ptr));
         }
+        let count = self.entries.len() - base;
+        // SAFETY (for each `borrowed` below): the entries are the dict's own references,
+        // still valid: no Python code has run since they were listed, or they were pinned
+        // first (`hand_to_python`).
+        let py = self.py;
+        let borrowed = |ptr: *mut ffi::PyObject| unsafe { Borrowed::from_ptr(py, ptr) };
         // Which keys are written, in which order and how, depends on the keys alone: it is
         // worked out once per layout of keys (and volatile set) and remembered.
         let volatile = self.volatile;
-        let address = |i: usize| entries[i].key.as_ptr() as usize;
-        let shape = match self
-            .shapes
-            .find_by_address(volatile.id, entries.len(), address)
-        {
+        let entries = &self.entries[base..];
+        let address = |i: usize| entries[i].0 as usize;
+        let shape = match self.shapes.find_by_address(volatile.id, count, address) {
             Some(shape) => shape,
             None => {
-                let texts = entries
+                // SAFETY: every key was checked to be an exact str.
+                let keys: SmallVec<[Borrowed<'_, 'py, PyString>; 8]> = entries
                     .iter()
-                    .map(|entry| text_of(&entry.key))
+                    .map(|&(key, _)| unsafe { borrowed(key).cast_unchecked::<PyString>() })
+                    .collect();
+                let texts = keys
+                    .iter()
+                    .map(|key| text_of(key))
                     .collect::<PyResult<SmallVec<[Text<'_>; 8]>>>()?;
                 self.shapes.lookup(
                     volatile.id,
-                    entries.len(),
+                    count,
                     |i| texts[i],
-                    |i| HeldKey(entries[i].key.clone().unbind()),
+                    |i| HeldKey(keys[i].to_owned().unbind()),
                     |text| volatile.contains(text),
                 )
             }
@@ -542,8 +557,8 @@ impl<'py> Walker<'_, 'py> {
         self.out.push(b'{');
         let mut first = true;
         for (index, rendered_key) in shape.kept() {
-            let entry = &entries[index];
-            if entry.value.is_none() {
+            let value = borrowed(self.entries[base + index].1);
+            if value.is_none() {
                 continue;
             }
             if !first {
@@ -551,14 +566,58 @@ impl<'py> Walker<'_, 'py> {
             }
             first = false;
             canon::push_small(&mut self.out, rendered_key);
-            self.value(&entry.value, depth + 1)?;
+            self.value(&value, depth + 1)?;
             self.absorb();
         }
         self.out.push(b'}');
         Ok(())
     }
 
+    /// Takes a reference of the walk's own to every entry listed: done before any Python
+    /// code runs, since that code may change the dicts being walked and free what they held.
+    fn pin_entries(&mut self) {
+        for &(key, value) in &self.entries[self.pinned..] {
+            // SAFETY: the entries are still the dicts' own (nothing ran since listing them).
+            unsafe {
+                ffi::Py_IncRef(key);
+                ffi::Py_IncRef(value);
+            }
+        }
+        self.pinned = self.entries.len();
+    }
+
+    /// Forgets the entries listed from `base` on, giving back the references pinned.
+    #[inline]
+    fn release_entries(&mut self, base: usize) {
+        if self.pinned <= base {
+            // The common case: no Python code ran while walking the dict.
+            self.entries.truncate(base);
+            return;
+        }
+        self.release_pinned(base);
+    }
+
+    #[cold]
+    fn release_pinned(&mut self, base: usize) {
+        let pinned: SmallVec<[(*mut ffi::PyObject, *mut ffi::PyObject); 8]> = self
+            .entries
+            .drain(base..)
+            .take(self.pinned.saturating_sub(base))
+            .collect();
+        self.pinned = self.pinned.min(base);
+        for (key, value) in pinned {
+            // SAFETY: each pinned entry holds a reference of the walk's own. Freeing a value
+            // may run Python code: every entry still listed is pinned by then (pins cover
+            // all entries listed at the time, and only the latest are forgotten).
+            unsafe {
+                ffi::Py_DecRef(key);
+                ffi::Py_DecRef(value);
+            }
+        }
+    }
+
     fn hand_to_python(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
+        self.pin_entries();
         let normalised = helpers(self.py)?.normalise_at.bind(self.py).call1((
             obj,
             self.volatile.set.bind(self.py),
@@ -622,6 +681,13 @@ thread_local! {
     /// One output buffer a thread, reused from call to call: most keys then cost no
     /// allocation. Taken out while in use, so a re-entrant call simply gets a fresh one.
     static BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// The list of dict entries a walk borrows ([`Walker::entries`]), reused from walk to
+    /// walk. Taken out while in use, as the other buffers are.
+    static ENTRIES: std::cell::Cell<Vec<(*mut ffi::PyObject, *mut ffi::PyObject)>> =
+        const { std::cell::Cell::new(Vec::new()) };
 }
 
 thread_local! {
@@ -695,15 +761,19 @@ fn write_canonical(
         deferred: Vec::new(),
         next_block_end: if hashing.is_some() { BLOCK } else { usize::MAX },
         hashing,
+        entries: ENTRIES.with(|e| e.take()),
+        pinned: 0,
     };
     walker.out.extend_from_slice(b"{\"args\":");
-    let walked = walker.value(args, 0);
-    let written = walked.and_then(|()| {
+    let walked = walker.value(args, 0).and_then(|()| {
         walker.out.extend_from_slice(b",\"tool\":");
         canon::write_str(&mut walker.out, text_of(name)?);
         walker.out.push(b'}');
-        walker.finish()
+        Ok(())
     });
+    // Empty again by now (each dict forgets its entries), and kept for the next walk.
+    ENTRIES.with(|e| e.set(std::mem::take(&mut walker.entries)));
+    let written = walked.and_then(|()| walker.finish());
     SHAPES.with(|s| s.set(shapes));
     written
 }

@@ -695,6 +695,46 @@ def test_list_grown_during_the_walk(native: Any, reference: Any) -> None:
     assert native.canonical_json("t", growing_list()) == want
 
 
+class Clearing(str):
+    """A str whose ``split`` (which normalise calls) empties the dicts it was given, then
+    makes garbage, so that what those dicts alone held is freed and its memory reused."""
+
+    targets: list[dict[str, Any]]
+
+    def split(self, sep: Any = None, maxsplit: int = -1) -> list[str]:
+        for target in self.targets:
+            target.clear()
+        garbage = [[f"garbage {i}"] for i in range(2000)]
+        del garbage
+        return str(self).split(sep, maxsplit)
+
+
+def test_dicts_cleared_during_the_walk(native: Any, reference: Any) -> None:
+    # Python's normalise walks a sorted copy of each dict's items, so entries removed by a
+    # callback are still walked, and still alive. The native walker borrows the entries: it
+    # must hold them (its own reference) before any Python code runs.
+    def cleared() -> dict[str, Any]:
+        inner: dict[str, Any] = {}
+        outer: dict[str, Any] = {"a": inner}
+        first = Clearing(" a  b ")
+        first.targets = [inner, outer]
+        inner["a"] = first
+        inner["b"] = [f"only  in {n}" for n in ("inner", "this list")]
+        inner["c"] = {"x": f"{2**70}", "y": [2.5, f"{'z' * 3}"]}
+        outer["b"] = [f"only in {'outer'}", {"k": f"{'v' * 2}"}]
+        return outer
+
+    want = reference.canonical_json("t", cleared())
+    assert want == dumped(
+        '{"a":{"a":"a b","b":["only in inner","only in this list"],'
+        '"c":{"x":"1180591620717411303424","y":[2.5,"zzz"]}},'
+        '"b":["only in outer",{"k":"vv"}]}'
+    )
+    for _ in range(20):
+        assert native.canonical_json("t", cleared()) == want
+        assert native.call_key("t", cleared()) == reference.call_key("t", cleared())
+
+
 @pytest.mark.parametrize(
     ("name", "volatile_keys"),
     [(5, "request_id"), (None, 5), (b"t", [["x"]])],
