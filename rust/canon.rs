@@ -364,27 +364,53 @@ fn raw_masks_portable(chunk: &[u8; 16]) -> Masks {
 #[inline(always)]
 pub fn push_small(out: &mut Vec<u8>, bytes: &[u8]) {
     let n = bytes.len();
-    if !(4..=32).contains(&n) {
-        out.extend_from_slice(bytes);
-        return;
-    }
     out.reserve(n);
     let len = out.len();
-    let (src, width) = (
-        bytes.as_ptr(),
-        if n >= 16 {
-            16
-        } else if n >= 8 {
-            8
-        } else {
-            4
-        },
-    );
-    // SAFETY: `n` bytes of spare capacity were reserved. `width` <= `n`, so both copies read
-    // inside `bytes` (at 0 and at `n - width`) and write inside the `n` reserved bytes,
-    // which together they fill; then the length covers exactly them.
+    // SAFETY: `n` bytes of spare capacity were reserved, which `bytes` (not part of `out`,
+    // which is borrowed mutably) cannot overlap; the new length covers exactly them.
     unsafe {
-        let dst = out.as_mut_ptr().add(len);
+        copy_small(bytes.as_ptr(), out.as_mut_ptr().add(len), n);
+        out.set_len(len + n);
+    }
+}
+
+/// Appends `out[start..end]` to `out` itself ([`push_small`] within one buffer).
+#[inline(always)]
+pub fn push_within(out: &mut Vec<u8>, start: usize, end: usize) {
+    let len = out.len();
+    assert!(start <= end && end <= len, "push_within outside the buffer");
+    let n = end - start;
+    out.reserve(n);
+    // SAFETY: `start..end` lies within the buffer's first `len` bytes (checked above) and
+    // the copy goes to the `n` bytes reserved after them, so the two do not overlap; the new
+    // length covers exactly the bytes written.
+    unsafe {
+        let base = out.as_mut_ptr();
+        copy_small(base.add(start), base.add(len), n);
+        out.set_len(len + n);
+    }
+}
+
+/// Copies `n` bytes: from 4 to 32 with two overlapping copies of a fixed size, else with
+/// `memcpy`.
+///
+/// # Safety
+/// `src` must be valid for reading and `dst` for writing `n` bytes, not overlapping.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
+    let width = match n {
+        16..=32 => 16,
+        8..=15 => 8,
+        4..=7 => 4,
+        _ => {
+            // SAFETY: the caller's guarantee.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+            return;
+        }
+    };
+    // SAFETY: `width` <= `n`, so both copies read inside `src` (at 0 and at `n - width`)
+    // and write inside `dst`'s `n` bytes, which together they fill.
+    unsafe {
         match width {
             16 => {
                 std::ptr::copy_nonoverlapping(src, dst, 16);
@@ -399,7 +425,6 @@ pub fn push_small(out: &mut Vec<u8>, bytes: &[u8]) {
                 std::ptr::copy_nonoverlapping(src.add(n - 4), dst.add(n - 4), 4);
             }
         }
-        out.set_len(len + n);
     }
 }
 

@@ -186,6 +186,7 @@ impl Canon<'_, '_> {
     }
 
     /// Writes the value at `i`; returns whether it was `null`, and the offset after it.
+    #[inline(always)]
     fn value(&mut self, i: usize, depth: usize) -> Result<(bool, usize), JsonError> {
         let s = self.s;
         let Some(&c) = s.get(i) else {
@@ -371,6 +372,7 @@ impl Canon<'_, '_> {
         }
     }
 
+    #[inline(never)]
     fn object(&mut self, start: usize, depth: usize) -> Result<usize, JsonError> {
         let s = self.s;
         let arena_mark = self.arena.len();
@@ -484,9 +486,11 @@ impl Canon<'_, '_> {
         } else {
             members.sort_by(|a, b| self.member_order(a, b));
         }
-        // Most objects are small: their text is moved through the stack, not the heap.
-        let spare: SmallVec<[u8; 512]> = SmallVec::from_slice(&self.out[region..]);
-        self.out.truncate(region);
+        // The members are written again after the object's text, in order, and the result
+        // moved over it: no second buffer (one on the stack spilled to the heap for big
+        // objects, a malloc and a free each).
+        let end = self.out.len();
+        self.out.reserve(end - region);
         let mut first = true;
         for n in 0..members.len() {
             let member = members[n];
@@ -501,13 +505,14 @@ impl Canon<'_, '_> {
                 self.out.push(b',');
             }
             first = false;
-            canon::push_small(
-                &mut self.out,
-                &spare[member.start - region..member.end - region],
-            );
+            canon::push_within(&mut self.out, member.start, member.end);
         }
+        let written = self.out.len() - end;
+        self.out.copy_within(end.., region);
+        self.out.truncate(region + written);
     }
 
+    #[inline(never)]
     fn array(&mut self, start: usize, depth: usize) -> Result<usize, JsonError> {
         let s = self.s;
         self.out.push(b'[');

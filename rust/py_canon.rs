@@ -196,22 +196,26 @@ impl VolatileKeys {
 /// The code points of a `str` as WTF-8, lone surrogates included.
 pub fn wtf8_of(text: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
     let mut out = Vec::new();
+    push_wtf8_of(&mut out, text)?;
+    Ok(out)
+}
+
+/// Appends the code points of a `str` to `out` as WTF-8 ([`wtf8_of`]).
+pub fn push_wtf8_of(out: &mut Vec<u8>, text: &Bound<'_, PyString>) -> PyResult<()> {
     // JSON text arrives as long non-ASCII strings (`ensure_ascii=False`) often enough for
     // this to matter: ASCII goes 16 units at a time, with room made once.
     match text_of(text)? {
         Text::Latin1(units) => {
             out.reserve(units.len() * 2);
-            push_wtf8_chunked(&mut out, units, ascii_of_latin1);
+            push_wtf8_chunked(out, units, ascii_of_latin1);
         }
         Text::Ucs2(units) => {
             out.reserve(units.len() * 3);
-            push_wtf8_chunked(&mut out, units, ascii_of_ucs2);
+            push_wtf8_chunked(out, units, ascii_of_ucs2);
         }
-        other => other
-            .code_points()
-            .for_each(|c| canon::push_wtf8(&mut out, c)),
+        other => other.code_points().for_each(|c| canon::push_wtf8(out, c)),
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Appends `units` as WTF-8: 16 at a time where `ascii` narrows them (all ASCII), else

@@ -12,7 +12,7 @@ use crate::canon::{self, Text};
 use crate::json::{self, JsonError};
 use crate::key::Key;
 use crate::py_canon::{
-    ascii_of, check_name, key_str, key_with_buffer, text_of, wtf8_of, VolatileKeys,
+    ascii_of, check_name, key_str, key_with_buffer, push_wtf8_of, text_of, VolatileKeys,
 };
 
 struct JsonHelpers {
@@ -76,9 +76,9 @@ impl<'a> JsonText<'a> {
             _ => {
                 let decoded = helpers(py)?.decode_bytes.bind(py).call1((text,))?;
                 // json.loads checks for a BOM only in str input, not in decoded bytes.
-                let decoded = JsonText::from_str(py, decoded.cast::<PyString>()?, false)?;
+                let mut decoded = JsonText::from_str(py, decoded.cast::<PyString>()?, false)?;
                 Ok(JsonText {
-                    bytes: Cow::Owned(decoded.bytes.into_owned()),
+                    bytes: Cow::Owned(std::mem::take(&mut decoded.bytes).into_owned()),
                 })
             }
         }
@@ -87,7 +87,12 @@ impl<'a> JsonText<'a> {
     fn from_str(py: Python<'_>, s: &'a Bound<'_, PyString>, refuse_bom: bool) -> PyResult<Self> {
         let bytes: Cow<'a, [u8]> = match ascii_of(s) {
             Some(ascii) => Cow::Borrowed(ascii),
-            None => Cow::Owned(wtf8_of(s)?),
+            None => {
+                let mut buffer = TEXT_BUFFER.with(|b| b.take());
+                buffer.clear();
+                push_wtf8_of(&mut buffer, s)?;
+                Cow::Owned(buffer)
+            }
         };
         if refuse_bom && bytes.starts_with("\u{feff}".as_bytes()) {
             return Err(decode_error(
@@ -109,8 +114,8 @@ impl<'a> JsonText<'a> {
     ///
     /// # Safety
     /// The object the text was made from must stay alive, unchanged, for `'b`.
-    pub(crate) unsafe fn extend<'b>(self) -> JsonText<'b> {
-        let bytes = match self.bytes {
+    pub(crate) unsafe fn extend<'b>(mut self) -> JsonText<'b> {
+        let bytes = match std::mem::take(&mut self.bytes) {
             // SAFETY: the caller keeps the owner of these bytes alive for 'b; `str` and
             // `bytes` objects do not change (a `bytearray` is always copied).
             Cow::Borrowed(b) => {
@@ -119,6 +124,27 @@ impl<'a> JsonText<'a> {
             Cow::Owned(v) => Cow::Owned(v),
         };
         JsonText { bytes }
+    }
+}
+
+/// Text converted to WTF-8 is kept up to this size for the next conversion.
+const KEPT_TEXT_BYTES: usize = 1 << 20;
+
+thread_local! {
+    /// The last converted text's buffer, for the next: a non-ASCII JSON text of a few KB
+    /// cost as much again in allocating and freeing as in converting.
+    static TEXT_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Drop for JsonText<'_> {
+    fn drop(&mut self) {
+        if let Cow::Owned(buffer) = &mut self.bytes {
+            // (Empty when the text was moved on: nothing to keep.)
+            if (1..=KEPT_TEXT_BYTES).contains(&buffer.capacity()) {
+                let buffer = std::mem::take(buffer);
+                TEXT_BUFFER.with(|b| b.set(buffer));
+            }
+        }
     }
 }
 
