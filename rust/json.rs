@@ -428,6 +428,8 @@ impl Canon<'_, '_> {
                         self.out.truncate(with_comma);
                     }
                     let end = if null { member_start } else { self.out.len() };
+                    // `member_order` spelled out: a `Member` built first to be compared went
+                    // through the stack, and its push then stalled on reading it back.
                     if let Some(last) = members.last() {
                         in_order &= last.prefix < prefix
                             || last.prefix == prefix

@@ -30,8 +30,9 @@ pub const SHA256_INITIAL: [u32; 8] = [
 ];
 
 /// SHA-256 over a buffer that is still being written: blocks already complete can be
-/// compressed while the rest is written ([`Progress::absorb_block`]), so that hashing, which
-/// is latency-bound, overlaps the writer's own work instead of following it.
+/// compressed while the rest is written ([`Progress::absorb_block`]), so that part of the
+/// hashing overlaps the writer's own work instead of following it (measured in
+/// `Walker::absorb`).
 pub struct Progress {
     state: [u32; 8],
     /// How many bytes from the buffer's start are in `state` (a multiple of 64).
@@ -78,7 +79,13 @@ impl Progress {
 
 /// The key in a final SHA-256 state: the digest's first 64 bits.
 pub fn key_of_state(state: &[u32; 8]) -> Key {
-    u64::from(state[0]) << 32 | u64::from(state[1])
+    key_of_words(state[0], state[1])
+}
+
+/// The key from the first two words of a final SHA-256 state.
+#[inline]
+pub fn key_of_words(first: u32, second: u32) -> Key {
+    u64::from(first) << 32 | u64::from(second)
 }
 
 /// Appends SHA-256's padding for the message of `len` bytes that ends the buffer and starts

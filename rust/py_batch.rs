@@ -16,7 +16,9 @@ use pyo3::types::{PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
 use crate::canon::Text;
 use crate::json::{self, JsonError};
 use crate::key::Key;
-use crate::py_canon::{canonical_key, check_name, key_str, wtf8_of, VolatileKeys};
+use crate::py_canon::{
+    canonical_key, check_name, key_str, wtf8_of, VolatileKeys, KEPT_BUFFER_BYTES,
+};
 use crate::py_json::{is_exact_text, json_key, raise, JsonText};
 use crate::sha_wide::Padded;
 
@@ -373,9 +375,6 @@ impl<'py> Calls<'py> {
 /// each in typical batches) are still in cache when hashed.
 const HASHED_TOGETHER: usize = 256;
 
-/// A thread's [`Padded`] buffer is not kept past this size (one huge text made it grow).
-const KEPT_PADDED_BYTES: usize = 1 << 20;
-
 thread_local! {
     /// Each thread reuses its own buffer of canonical texts from call to call.
     static PADDED: std::cell::Cell<Padded> = std::cell::Cell::new(Padded::default());
@@ -410,7 +409,7 @@ fn key_texts(
             *key = keys.next().unwrap_or_default();
         }
     }
-    if padded.capacity() <= KEPT_PADDED_BYTES {
+    if padded.capacity() <= KEPT_BUFFER_BYTES {
         PADDED.with(|p| p.set(padded));
     }
     results

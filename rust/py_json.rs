@@ -13,6 +13,7 @@ use crate::json::{self, JsonError};
 use crate::key::Key;
 use crate::py_canon::{
     ascii_of, check_name, key_str, key_with_buffer, push_wtf8_of, text_of, VolatileKeys,
+    KEPT_BUFFER_BYTES,
 };
 
 struct JsonHelpers {
@@ -127,9 +128,6 @@ impl<'a> JsonText<'a> {
     }
 }
 
-/// Text converted to WTF-8 is kept up to this size for the next conversion.
-const KEPT_TEXT_BYTES: usize = 1 << 20;
-
 thread_local! {
     /// The last converted text's buffer, for the next: a non-ASCII JSON text of a few KB
     /// cost as much again in allocating and freeing as in converting.
@@ -140,7 +138,7 @@ impl Drop for JsonText<'_> {
     fn drop(&mut self) {
         if let Cow::Owned(buffer) = &mut self.bytes {
             // (Empty when the text was moved on: nothing to keep.)
-            if (1..=KEPT_TEXT_BYTES).contains(&buffer.capacity()) {
+            if (1..=KEPT_BUFFER_BYTES).contains(&buffer.capacity()) {
                 let buffer = std::mem::take(buffer);
                 TEXT_BUFFER.with(|b| b.set(buffer));
             }

@@ -68,15 +68,11 @@ impl Padded {
     }
 }
 
-/// True when this CPU has the AVX-512 instructions the lanes use (asked once).
+/// True when this CPU has the AVX-512 instructions the lanes use (`std` caches the answer).
 #[cfg(target_arch = "x86_64")]
 fn has_avx512() -> bool {
-    use std::sync::OnceLock;
-    static AVX512: OnceLock<bool> = OnceLock::new();
-    *AVX512.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-    })
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -89,7 +85,7 @@ mod lanes {
         _mm_set_epi64x,
     };
 
-    use crate::key::{Key, BLOCK, SHA256_INITIAL};
+    use crate::key::{key_of_words, Key, BLOCK, SHA256_INITIAL};
 
     /// SHA-256's round constants (FIPS 180-4, 4.2.2).
     const ROUND_CONSTANTS: [u32; 64] = [
@@ -174,7 +170,7 @@ mod lanes {
                     _mm512_storeu_si512(low.as_mut_ptr().cast(), states[1]);
                 }
                 for lane in (0..16).filter(|lane| finished & 1 << lane != 0) {
-                    keys[owner[lane]] = u64::from(high[lane]) << 32 | u64::from(low[lane]);
+                    keys[owner[lane]] = key_of_words(high[lane], low[lane]);
                 }
             }
         }
