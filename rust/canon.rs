@@ -262,8 +262,10 @@ pub(crate) struct Masks {
     /// ...a space (U+0020);
     pub(crate) space: u32,
     /// ...one of the ASCII whitespace characters Python splits on (U+0009..U+000D,
-    /// U+001C..U+0020).
+    /// U+001C..U+0020);
     pub(crate) white: u32,
+    /// ...0x80 or above (also special).
+    pub(crate) high: u32,
 }
 
 /// [`Masks`] of the 16 bytes from `bytes[i]`, for `bytes` of at least 16 bytes. Near the end
@@ -282,6 +284,7 @@ pub(crate) fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
             special: u32::MAX,
             space: 0,
             white: 0,
+            high: 0,
         };
     };
     let m = raw_masks(chunk);
@@ -289,6 +292,7 @@ pub(crate) fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
         special: (m.special >> shift) | (u32::MAX << (16 - shift)),
         space: m.space >> shift,
         white: m.white >> shift,
+        high: m.high >> shift,
     }
 }
 
@@ -334,6 +338,7 @@ pub(crate) fn vector_masks(v: std::arch::x86_64::__m128i) -> (Masks, std::arch::
             special: _mm_movemask_epi8(special) as u32,
             space: _mm_movemask_epi8(space) as u32,
             white: _mm_movemask_epi8(white) as u32,
+            high: _mm_movemask_epi8(v) as u32,
         };
         (masks, white)
     }
@@ -350,11 +355,13 @@ fn raw_masks_portable(chunk: &[u8; 16]) -> Masks {
         special: 0,
         space: 0,
         white: 0,
+        high: 0,
     };
     for (k, &b) in chunk.iter().enumerate() {
         m.special |= u32::from(CLASS[b as usize] != PLAIN) << k;
         m.space |= u32::from(b == b' ') << k;
         m.white |= u32::from(b < 0x80 && CLASS[b as usize] == SPACE) << k;
+        m.high |= u32::from(b >= 0x80) << k;
     }
     m
 }
@@ -592,6 +599,75 @@ impl Collapse {
         }
         self.in_word = true;
     }
+}
+
+/// Writes `" ".join(content.split())` as a JSON string literal, for printable ASCII
+/// `content` under 32 bytes whose spaces are the bits of `spaces` (its only whitespace:
+/// JSON text holds no raw control character in a string): the runs of bytes kept are
+/// copied whole.
+#[inline(never)]
+pub(crate) fn write_short_ascii_collapsed(out: &mut Vec<u8>, content: &[u8], spaces: u32) {
+    let within = !(u64::MAX << content.len().min(63));
+    let spaces = u64::from(spaces) & within;
+    let words = within & !spaces;
+    // A space stays when a word character is just before it and another one comes later.
+    let keep = match words.checked_ilog2() {
+        None => 0,
+        Some(last) => words | spaces & words << 1 & !(u64::MAX << last),
+    };
+    out.reserve(content.len() + 2);
+    out.push(b'"');
+    let mut rest = keep;
+    while rest != 0 {
+        let at = rest.trailing_zeros() as usize;
+        let run = (!(rest >> at)).trailing_zeros() as usize;
+        push_small(out, &content[at..at + run]);
+        rest &= u64::MAX.checked_shl((at + run) as u32).unwrap_or(0);
+    }
+    out.push(b'"');
+}
+
+/// Writes the JSON string literal of `content`, WTF-8 under 32 bytes with no control
+/// character, quote, backslash or DEL in it, whose bytes from 0x80 up are the bits of
+/// `high`: ASCII runs copied, every other code point escaped. With `collapse` the caller
+/// has checked its ASCII spaces (none to drop or merge), and a non-ASCII whitespace
+/// character gives up: nothing written, `false` returned, for the general path to collapse.
+#[inline(never)]
+pub(crate) fn write_short_escaped(
+    out: &mut Vec<u8>,
+    content: &[u8],
+    mut high: u32,
+    collapse: bool,
+) -> bool {
+    let mark = out.len();
+    // Each byte becomes at most 3 (a 2-byte character is a 6-byte escape; a 4-byte one two).
+    out.reserve(3 * content.len() + 2);
+    out.push(b'"');
+    let mut k = 0;
+    while high != 0 {
+        let at = high.trailing_zeros() as usize;
+        push_small(out, &content[k.min(at)..at]);
+        let Some((c, len)) = decode_wtf8(content, at) else {
+            out.truncate(mark);
+            return false;
+        };
+        if collapse && is_python_whitespace(c) {
+            out.truncate(mark);
+            return false;
+        }
+        // Never ASCII here: a `\uXXXX` escape, or two for a character past U+FFFF.
+        if c >= 0x10000 {
+            push_u_escape(out, 0xd800 | (c - 0x10000) >> 10);
+            push_u_escape(out, 0xdc00 | (c & 0x3ff));
+        } else {
+            push_u_escape(out, c);
+        }
+        k = at + len;
+        high &= u32::MAX.checked_shl(k as u32).unwrap_or(0);
+    }
+    push_small(out, &content[k.min(content.len())..]);
+    out.push(b'"');
+    true
 }
 
 /// The one-byte-unit case of [`write_collapsed_str`]: with SSSE3 where the processor has
@@ -1003,6 +1079,58 @@ mod tests {
                     "{code_points:x?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn short_string_writers_match_the_general_ones() {
+        // Random short strings over a small alphabet: spaces (runs, at either end), ASCII,
+        // two- to four-byte characters, a lone surrogate, and U+00A0 / U+3000 (whitespace).
+        let alphabet: [&str; 9] = [" ", " ", "a", "b", "é", "東", "😀", "\u{a0}", "\u{3000}"];
+        let mut next = crate::test_rng::xorshift(0x5eed_1234);
+        for _ in 0..20_000 {
+            let mut wtf8 = Vec::new();
+            while wtf8.len() < (next() % 32) as usize {
+                let pick = (next() % 10) as usize;
+                match alphabet.get(pick) {
+                    Some(s) => wtf8.extend_from_slice(s.as_bytes()),
+                    None => push_wtf8(&mut wtf8, 0xd800),
+                }
+            }
+            if wtf8.len() >= 32 {
+                continue;
+            }
+            let mask = |f: &dyn Fn(u8) -> bool| {
+                wtf8.iter()
+                    .enumerate()
+                    .fold(0u32, |m, (k, &b)| m | u32::from(f(b)) << k)
+            };
+            let (spaces, high) = (mask(&|b| b == b' '), mask(&|b| b >= 0x80));
+            let general = collapsed(Text::Wtf8(&wtf8));
+            if high == 0 {
+                let mut fast = Vec::new();
+                write_short_ascii_collapsed(&mut fast, &wtf8, spaces);
+                assert_eq!(String::from_utf8(fast).unwrap(), general, "{wtf8:x?}");
+            }
+            // With `collapse`, it gives up on non-ASCII whitespace and writes nothing; the
+            // caller has checked the spaces, so compare only where none needs collapsing.
+            let spaces_stay = wtf8.first() != Some(&b' ')
+                && wtf8.last() != Some(&b' ')
+                && !wtf8.windows(2).any(|w| w == b"  ");
+            let non_ascii_white = ["\u{a0}", "\u{3000}"]
+                .iter()
+                .any(|w| wtf8.windows(w.len()).any(|x| x == w.as_bytes()));
+            let mut fast = b"x".to_vec();
+            let written = write_short_escaped(&mut fast, &wtf8, high, true);
+            assert_eq!(written, !non_ascii_white, "{wtf8:x?}");
+            if written && spaces_stay {
+                assert_eq!(String::from_utf8(fast).unwrap(), format!("x{general}"));
+            } else if !written {
+                assert_eq!(fast, b"x", "{wtf8:x?}");
+            }
+            let mut fast = Vec::new();
+            assert!(write_short_escaped(&mut fast, &wtf8, high, false));
+            assert_eq!(String::from_utf8(fast).unwrap(), escaped(Text::Wtf8(&wtf8)));
         }
     }
 

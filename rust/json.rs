@@ -166,11 +166,14 @@ impl Canon<'_, '_> {
     }
 
     /// `{"args":<the document>,"tool":<name>}`.
-    fn call(&mut self, name: Text<'_>) -> Result<(), JsonError> {
+    fn call(&mut self, name: ToolName<'_>) -> Result<(), JsonError> {
         self.out.extend_from_slice(b"{\"args\":");
         self.document()?;
         self.out.extend_from_slice(b",\"tool\":");
-        canon::write_str(&mut self.out, name);
+        match name {
+            ToolName::Text(name) => canon::write_str(&mut self.out, name),
+            ToolName::Literal(literal) => canon::push_small(&mut self.out, literal),
+        }
         self.out.push(b'}');
         Ok(())
     }
@@ -195,6 +198,26 @@ impl Canon<'_, '_> {
         let rest = &s[i..];
         let literal: (&[u8], usize) = match c {
             b'"' => {
+                if let Some(short) = short_string(s, i + 1) {
+                    let after = i + short.len + 2;
+                    let content = &s[i + 1..after - 1];
+                    if !short.spaces_stay() {
+                        if short.high == 0 {
+                            canon::write_short_ascii_collapsed(
+                                &mut self.out,
+                                content,
+                                short.spaces,
+                            );
+                            return Ok((false, after));
+                        }
+                    } else if short.high == 0 {
+                        // Printable ASCII: the text's own literal is the canonical one.
+                        canon::push_small(&mut self.out, &s[i..after]);
+                        return Ok((false, after));
+                    } else if canon::write_short_escaped(&mut self.out, content, short.high, true) {
+                        return Ok((false, after));
+                    }
+                }
                 let mark = self.arena.len();
                 let (text, end) = self.string(i + 1)?;
                 let bytes = str_bytes(s, &self.arena, text);
@@ -386,7 +409,17 @@ impl Canon<'_, '_> {
                 if s.get(i) != Some(&b'"') {
                     return syntax("Expecting property name enclosed in double quotes", i);
                 }
-                let (key, after_key) = self.string(i + 1)?;
+                let (key, after_key, plain) = match short_string(s, i + 1) {
+                    Some(short) if short.high == 0 => (
+                        Str::Input(i + 1, i + 1 + short.len),
+                        i + short.len + 2,
+                        true,
+                    ),
+                    _ => {
+                        let (key, after_key) = self.string(i + 1)?;
+                        (key, after_key, false)
+                    }
+                };
                 i = self.skip_ws(after_key);
                 if s.get(i) != Some(&b':') {
                     return syntax("Expecting ':' delimiter", i);
@@ -400,7 +433,7 @@ impl Canon<'_, '_> {
                 match key {
                     // Printable ASCII with nothing escaped: the text's own `"key"` is the
                     // canonical one.
-                    Str::Input(a, b) if s[a..b].iter().all(|&c| c < 0x7f) => {
+                    Str::Input(a, b) if plain || s[a..b].iter().all(|&c| c < 0x7f) => {
                         canon::push_small(&mut self.out, &s[a - 1..b + 1]);
                     }
                     _ => {
@@ -474,20 +507,37 @@ impl Canon<'_, '_> {
     fn reorder(&mut self, region: usize, members: &mut [Member]) {
         // A stable sort keeps duplicates in text order, so the last of each run is the one
         // `json.loads` keeps.
+        let mut order = [0u8; 16];
         if members.len() <= 16 {
-            // Insertion sort, inline: most objects have a handful of members.
-            for n in 1..members.len() {
-                let member = members[n];
+            // Insertion sort of member numbers by prefixes kept beside them: most objects
+            // have a handful of members, and moving whole members cost twice as much.
+            let mut prefixes = [0u64; 16];
+            for (n, member) in members.iter().enumerate() {
                 let mut at = n;
-                while at > 0 && self.member_order(&members[at - 1], &member).is_gt() {
-                    members[at] = members[at - 1];
+                while at > 0
+                    && (prefixes[at - 1] > member.prefix
+                        || prefixes[at - 1] == member.prefix
+                            && self
+                                .member_order(&members[usize::from(order[at - 1])], member)
+                                .is_gt())
+                {
+                    prefixes[at] = prefixes[at - 1];
+                    order[at] = order[at - 1];
                     at -= 1;
                 }
-                members[at] = member;
+                prefixes[at] = member.prefix;
+                order[at] = n as u8;
             }
         } else {
             members.sort_by(|a, b| self.member_order(a, b));
         }
+        let nth = |n: usize| {
+            if members.len() <= 16 {
+                members[usize::from(order[n])]
+            } else {
+                members[n]
+            }
+        };
         // The members are written again after the object's text, in order, and the result
         // moved over it: no second buffer (one on the stack spilled to the heap for big
         // objects, a malloc and a free each).
@@ -495,11 +545,12 @@ impl Canon<'_, '_> {
         self.out.reserve(end - region);
         let mut first = true;
         for n in 0..members.len() {
-            let member = members[n];
-            let superseded = members.get(n + 1).is_some_and(|next| {
+            let member = nth(n);
+            let superseded = n + 1 < members.len() && {
+                let next = nth(n + 1);
                 next.prefix == member.prefix
                     && canon::same_short(self.bytes(next.key), self.bytes(member.key))
-            });
+            };
             if superseded || member.start == member.end {
                 continue;
             }
@@ -540,6 +591,53 @@ impl Canon<'_, '_> {
         self.out.push(b']');
         Ok(i + 1)
     }
+}
+
+/// A string under 32 bytes with nothing escaped in it, whose content starts at `start`:
+/// its length, and masks of its spaces and its bytes from 0x80 up (bit k for byte k).
+#[derive(Clone, Copy)]
+struct ShortString {
+    len: usize,
+    spaces: u32,
+    high: u32,
+}
+
+impl ShortString {
+    /// True when `" ".join(content.split())` leaves its ASCII spaces as they are: none leads,
+    /// trails or follows another.
+    #[inline(always)]
+    fn spaces_stay(self) -> bool {
+        let edges = 1 | (1u32 << self.len) >> 1;
+        self.spaces & (edges | self.spaces >> 1) == 0
+    }
+}
+
+/// The [`ShortString`] whose content starts at `start`; `None` for a longer string, or one
+/// with an escape, a control character or DEL.
+#[inline(always)]
+fn short_string(s: &[u8], start: usize) -> Option<ShortString> {
+    // Bytes that end a run of plain content (a quote, a backslash, a control character,
+    // DEL, the end of the text: "special" bytes other than spaces and non-ASCII ones).
+    let stops = |m: canon::Masks| m.special & !(m.space | m.high);
+    let m = canon::chunk_masks(s, start);
+    let (mut end, mut spaces, mut high) = (stops(m), m.space, m.high);
+    if end == 0 {
+        // Another 16 bytes: dates, paths and ids are often longer than 15.
+        let next = canon::chunk_masks(s, start + 16);
+        end |= stops(next) << 16;
+        spaces |= next.space << 16;
+        high |= next.high << 16;
+    }
+    let len = end.trailing_zeros() as usize;
+    if len >= 32 || s.get(start + len) != Some(&b'"') {
+        return None;
+    }
+    let within = !(u32::MAX.checked_shl(len as u32).unwrap_or(0));
+    Some(ShortString {
+        len,
+        spaces: spaces & within,
+        high: high & within,
+    })
 }
 
 /// The first offset from `i` on that ends a run of a string's plain characters: a quote,
@@ -631,14 +729,29 @@ pub fn canonical_call_into(
     volatile: &[Vec<u8>],
     int_digit_limit: usize,
 ) -> Result<Vec<u8>, JsonError> {
-    canonical_call_append(&mut out, name, text, volatile, int_digit_limit)?;
+    canonical_call_append(
+        &mut out,
+        ToolName::Text(name),
+        text,
+        volatile,
+        int_digit_limit,
+    )?;
     Ok(out)
+}
+
+/// The tool name of a call: as text, or as the JSON string literal already written for it
+/// (a batch writes each of its names once, not once a call).
+#[derive(Clone, Copy)]
+pub enum ToolName<'a> {
+    Text(Text<'a>),
+    /// Quotes included, as [`canon::write_str`] writes it.
+    Literal(&'a [u8]),
 }
 
 /// [`canonical_call_into`] for a buffer that is lent: on an error it is left as it was.
 pub fn canonical_call_append(
     out: &mut Vec<u8>,
-    name: Text<'_>,
+    name: ToolName<'_>,
     text: &[u8],
     volatile: &[Vec<u8>],
     int_digit_limit: usize,

@@ -13,8 +13,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
 
-use crate::canon::Text;
-use crate::json::{self, JsonError};
+use crate::canon::{self, Text};
+use crate::json::{self, JsonError, ToolName};
 use crate::key::Key;
 use crate::py_canon::{
     canonical_key, check_name, key_str, wtf8_of, VolatileKeys, KEPT_BUFFER_BYTES,
@@ -200,8 +200,9 @@ struct Pending<'py> {
 #[derive(Default)]
 struct Block<'py> {
     pending: Vec<Pending<'py>>,
-    /// The tool names as WTF-8, each once for a run of calls that pass the same name object
-    /// (most batches name a handful of tools, each many times).
+    /// The tool names as JSON string literals (as the canonical bytes spell them), each
+    /// once for a run of calls that pass the same name object (most batches name a
+    /// handful of tools, each many times).
     names: Vec<Vec<u8>>,
     /// How much JSON text the block holds.
     bytes: usize,
@@ -295,7 +296,9 @@ impl<'py> Reader<'_, 'py> {
             }
         }
         let index = names.len();
-        names.push(wtf8_of(name)?);
+        let mut literal = Vec::new();
+        canon::write_str(&mut literal, Text::Wtf8(&wtf8_of(name)?));
+        names.push(literal);
         self.last_name = Some((name.clone(), index));
         Ok(index)
     }
@@ -395,7 +398,7 @@ fn key_texts(
             let written = padded.push(|out| {
                 json::canonical_call_append(
                     out,
-                    Text::Wtf8(&names[item.name]),
+                    ToolName::Literal(&names[item.name]),
                     item.text.bytes(),
                     volatile,
                     json::MIN_INT_DIGIT_LIMIT,

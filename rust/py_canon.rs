@@ -207,30 +207,41 @@ pub fn push_wtf8_of(out: &mut Vec<u8>, text: &Bound<'_, PyString>) -> PyResult<(
     match text_of(text)? {
         Text::Latin1(units) => {
             out.reserve(units.len() * 2);
-            push_wtf8_chunked(out, units, ascii_of_latin1);
+            push_wtf8_chunked(out, units, narrow_latin1);
         }
         Text::Ucs2(units) => {
             out.reserve(units.len() * 3);
-            push_wtf8_chunked(out, units, ascii_of_ucs2);
+            push_wtf8_chunked(out, units, narrow_ucs2);
         }
         other => other.code_points().for_each(|c| canon::push_wtf8(out, c)),
     }
     Ok(())
 }
 
-/// Appends `units` as WTF-8: 16 at a time where `ascii` narrows them (all ASCII), else
-/// unit by unit.
+/// Appends `units` as WTF-8, 16 at a time: `narrow` gives their low bytes and a mask of
+/// the units that are not ASCII, which alone are encoded one by one (text that is mostly
+/// ASCII has a word or two in other scripts: a name, a city).
 fn push_wtf8_chunked<U: Copy + Into<u32>>(
     out: &mut Vec<u8>,
     units: &[U],
-    ascii: impl Fn(&[U; 16]) -> Option<[u8; 16]>,
+    narrow: impl Fn(&[U; 16]) -> ([u8; 16], u32),
 ) {
     let (chunks, rest) = units.as_chunks::<16>();
     for chunk in chunks {
-        match ascii(chunk) {
-            Some(bytes) => canon::push_small(out, &bytes),
-            None => push_bmp_units(out, chunk),
+        let (bytes, mut wide) = narrow(chunk);
+        if wide == 0 {
+            canon::push_small(out, &bytes);
+            continue;
         }
+        let mut k = 0;
+        while wide != 0 {
+            let at = wide.trailing_zeros() as usize;
+            canon::push_small(out, &bytes[k..at]);
+            push_bmp_units(out, &chunk[at..at + 1]);
+            k = at + 1;
+            wide &= wide - 1;
+        }
+        canon::push_small(out, &bytes[k..]);
     }
     push_bmp_units(out, rest);
 }
@@ -262,45 +273,59 @@ fn push_bmp_units<U: Copy + Into<u32>>(out: &mut Vec<u8>, units: &[U]) {
     unsafe { out.set_len(len + n) };
 }
 
-/// 16 Latin-1 units as they are, if all are ASCII.
+/// 16 Latin-1 units as they are, with a mask of those from 0x80 up.
 #[inline(always)]
-fn ascii_of_latin1(units: &[u8; 16]) -> Option<[u8; 16]> {
-    units.is_ascii().then_some(*units)
+fn narrow_latin1(units: &[u8; 16]) -> ([u8; 16], u32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is always available on x86_64; the load reads exactly `units`.
+    let wide = unsafe {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_movemask_epi8};
+        _mm_movemask_epi8(_mm_loadu_si128(units.as_ptr().cast::<__m128i>())) as u32
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = units
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (k, &u)| mask | u32::from(u >= 0x80) << k);
+    (*units, wide)
 }
 
-/// 16 UCS-2 units as 16 bytes, if all are ASCII: one check and one narrowing for all
-/// (SSE2), where unit by unit cost three times as much on CJK or Greek JSON text.
+/// The low bytes of 16 UCS-2 units, with a mask of the units from 0x80 up: one check and
+/// one narrowing for all (SSE2), where unit by unit cost three times as much on CJK or
+/// Greek JSON text.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn ascii_of_ucs2(units: &[u16; 16]) -> Option<[u8; 16]> {
+fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     use std::arch::x86_64::{
-        __m128i, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-        _mm_packus_epi16, _mm_set1_epi16, _mm_setzero_si128, _mm_storeu_si128,
+        __m128i, _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_movemask_epi8,
+        _mm_packs_epi16, _mm_packus_epi16, _mm_set1_epi16, _mm_setzero_si128, _mm_storeu_si128,
     };
     // SAFETY: SSE2 is always available on x86_64; the loads read the 32 bytes of `units`
     // and the store writes the 16 of `bytes`.
     unsafe {
         let low = _mm_loadu_si128(units.as_ptr().cast::<__m128i>());
         let high = _mm_loadu_si128(units.as_ptr().add(8).cast::<__m128i>());
-        let above_ascii = _mm_and_si128(_mm_or_si128(low, high), _mm_set1_epi16(-0x80));
-        if _mm_movemask_epi8(_mm_cmpeq_epi16(above_ascii, _mm_setzero_si128())) != 0xffff {
-            return None;
-        }
+        let ascii =
+            |v| _mm_cmpeq_epi16(_mm_and_si128(v, _mm_set1_epi16(-0x80)), _mm_setzero_si128());
+        // One byte per unit, 0xff where it is ASCII.
+        let ascii = _mm_packs_epi16(ascii(low), ascii(high));
+        let wide = !(_mm_movemask_epi8(ascii) as u32) & 0xffff;
         let mut bytes = [0u8; 16];
         _mm_storeu_si128(
             bytes.as_mut_ptr().cast::<__m128i>(),
             _mm_packus_epi16(low, high),
         );
-        Some(bytes)
+        (bytes, wide)
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn ascii_of_ucs2(units: &[u16; 16]) -> Option<[u8; 16]> {
-    if units.iter().any(|&u| u >= 0x80) {
-        return None;
-    }
-    Some(units.map(|u| u as u8))
+fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
+    let wide = units
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (k, &u)| mask | u32::from(u >= 0x80) << k);
+    (units.map(|u| u as u8), wide)
 }
 
 /// A key as the `str` users see: its 16 hex digits, written straight into a new ASCII

@@ -55,10 +55,11 @@ impl<'a> JsonText<'a> {
         if let Ok(s) = text.cast::<PyString>() {
             return Self::from_str(py, s, true);
         }
-        let mut raw: Vec<u8> = if let Ok(b) = text.cast::<PyBytes>() {
-            b.as_bytes().to_vec()
+        // `bytes` is borrowed (it cannot change); a `bytearray` can, so it is copied.
+        let raw: Cow<'a, [u8]> = if let Ok(b) = text.cast::<PyBytes>() {
+            Cow::Borrowed(b.as_bytes())
         } else if let Ok(b) = text.cast::<PyByteArray>() {
-            b.to_vec()
+            Cow::Owned(b.to_vec())
         } else {
             return Err(PyTypeError::new_err(format!(
                 "the JSON object must be str, bytes or bytearray, not {}",
@@ -67,10 +68,14 @@ impl<'a> JsonText<'a> {
         };
         match detect_utf8(&raw) {
             Some(skip) if json::is_wtf8(&raw[skip..]) => {
-                raw.drain(..skip);
-                Ok(JsonText {
-                    bytes: Cow::Owned(raw),
-                })
+                let bytes = match raw {
+                    Cow::Borrowed(b) => Cow::Borrowed(&b[skip..]),
+                    Cow::Owned(mut v) => {
+                        v.drain(..skip);
+                        Cow::Owned(v)
+                    }
+                };
+                Ok(JsonText { bytes })
             }
             // UTF-16/32, or bytes that do not decode: Python decodes (or raises) exactly as
             // json.loads does.

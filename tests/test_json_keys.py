@@ -438,6 +438,62 @@ def test_corners_native_like_json_loads(core: ModuleType, text: Any) -> None:
     assert_like_json_loads(core, "t", text)
 
 
+def _short_string_corners() -> list[str]:
+    """Strings around the native parser's short-string path (content under 32 bytes with
+    nothing escaped, written straight from the text): its length limits, spaces it must
+    not keep, non-ASCII characters to escape (whitespace among them, which it leaves to the
+    general path), DEL, and strings at the very end of the text."""
+    contents = [
+        "",
+        "a",
+        "x" * 15,
+        "x" * 16,
+        "x" * 17,
+        "x" * 31,
+        "x" * 32,
+        "x" * 33,
+        " a",
+        "a ",
+        "a  b",
+        "a b c",
+        " " * 20,
+        "São Paulo",
+        "Zürich",
+        "東京",
+        "Αθήνα",
+        "😀",
+        "a😀b" * 5,
+        "\ud800",
+        "x" * 14 + "é",
+        "x" * 15 + "é",
+        "x" * 30 + "é",
+        "a\u00a0b",
+        "a\u3000",
+        "\u0085a",
+        "a\u2028b",
+        "a\x7fb",
+        "a\x1fb",
+        'a\\"b',
+    ]
+    texts = []
+    for c in contents:
+        raw = json.dumps(c, ensure_ascii=False)
+        texts += [
+            f'{{"key":{raw},"pad":"................"}}',
+            f'{{"pad":"................","key":{raw}}}',
+            f'{{{raw}:1,"pad":"................"}}',
+            f"[{raw}]",
+            raw,
+        ]
+    return texts
+
+
+@pytest.mark.parametrize("text", _short_string_corners(), ids=short)
+@pytest.mark.parametrize("encoding", ["str", "utf-8"])
+def test_short_string_corners_like_json_loads(core: ModuleType, text: str, encoding: str) -> None:
+    assert_like_json_loads(core, "t", encode(text, encoding))
+
+
 @pytest.mark.parametrize(
     "text", [t for t in INVALID_TEXTS if isinstance(t, (str, bytes))], ids=short
 )
