@@ -128,18 +128,75 @@ fn prefix_at(text: &[u8], at: usize, len: usize) -> u64 {
 /// already in key order (or have duplicate keys or null values to drop).
 struct Canon<'a, 'v> {
     s: &'a [u8],
-    volatile: &'v [Vec<u8>],
-    /// Bit n set when a volatile name is n bytes long (n < 64): most keys are ruled out by
-    /// their length without comparing.
-    volatile_lengths: u64,
+    volatile: &'v VolatileNames,
     int_digit_limit: usize,
     out: Vec<u8>,
     /// Decoded strings that had escapes; objects free theirs when they are done.
     arena: Vec<u8>,
 }
 
-fn length_bit(len: usize) -> u64 {
-    1u64 << len.min(63)
+/// The names of the volatile keys to drop, as WTF-8, ready for the parser: most keys are
+/// ruled out by one bit test on their length and first byte, the rest by their first 8
+/// bytes, before any bytes are compared; a big set is looked up by hash, not scanned.
+#[derive(Debug, Clone, Default)]
+pub struct VolatileNames {
+    names: Vec<Vec<u8>>,
+    /// The names' [`filter_bit`]s.
+    filter: u64,
+    /// Each name's length and [`key_prefix`], in the order of `names`.
+    prefixes: Vec<(usize, u64)>,
+    /// Only for a set bigger than [`SCANNED_NAMES`].
+    lookup: Option<crate::guard::NameMap<()>>,
+}
+
+/// One of 64 bits for a key of `len` bytes whose [`key_prefix`] is `prefix`, from its length
+/// and first byte: in the default set (six names) a key's bit is one of six, and keys
+/// as common as `since`, `limit` or `query` share a length with `nonce` but not its bit.
+#[inline(always)]
+fn filter_bit(len: usize, prefix: u64) -> u64 {
+    1 << (((prefix >> 56) as usize).wrapping_add(len.wrapping_mul(23)) % 64)
+}
+
+/// Up to this many volatile names are compared one by one (by length and prefix first):
+/// cheaper than hashing the key, and the default set has six.
+const SCANNED_NAMES: usize = 16;
+
+impl VolatileNames {
+    pub fn new(names: Vec<Vec<u8>>) -> Self {
+        let prefixes: Vec<(usize, u64)> = names.iter().map(|n| (n.len(), key_prefix(n))).collect();
+        let filter = prefixes
+            .iter()
+            .fold(0, |m, &(len, p)| m | filter_bit(len, p));
+        let lookup = (names.len() > SCANNED_NAMES).then(|| {
+            names
+                .iter()
+                .map(|n| (n.clone().into_boxed_slice(), ()))
+                .collect()
+        });
+        VolatileNames {
+            names,
+            filter,
+            prefixes,
+            lookup,
+        }
+    }
+
+    /// True when `key`, whose [`key_prefix`] is `prefix`, is one of the names.
+    #[inline(always)]
+    fn contains(&self, key: &[u8], prefix: u64) -> bool {
+        if self.filter & filter_bit(key.len(), prefix) == 0 {
+            return false;
+        }
+        if let Some(lookup) = &self.lookup {
+            return lookup.contains_key(key);
+        }
+        self.prefixes
+            .iter()
+            .zip(&self.names)
+            .any(|(&(len, p), name)| {
+                p == prefix && len == key.len() && name[8.min(len)..] == key[8.min(len)..]
+            })
+    }
 }
 
 fn str_bytes<'x>(input: &'x [u8], arena: &'x [u8], text: Str) -> &'x [u8] {
@@ -447,12 +504,7 @@ impl Canon<'_, '_> {
                     Str::Input(a, b) => prefix_at(s, a, b - a),
                     Str::Arena(..) => key_prefix(key_bytes),
                 };
-                let volatile = self.volatile_lengths & length_bit(key_bytes.len()) != 0
-                    && self
-                        .volatile
-                        .iter()
-                        .any(|v| canon::same_short(v, key_bytes));
-                if volatile {
+                if self.volatile.contains(key_bytes, prefix) {
                     // Every member with this key goes, so it needs no tombstone.
                     self.out.truncate(with_comma);
                 } else {
@@ -726,7 +778,7 @@ pub fn canonical_call_into(
     mut out: Vec<u8>,
     name: Text<'_>,
     text: &[u8],
-    volatile: &[Vec<u8>],
+    volatile: &VolatileNames,
     int_digit_limit: usize,
 ) -> Result<Vec<u8>, JsonError> {
     canonical_call_append(
@@ -753,7 +805,7 @@ pub fn canonical_call_append(
     out: &mut Vec<u8>,
     name: ToolName<'_>,
     text: &[u8],
-    volatile: &[Vec<u8>],
+    volatile: &VolatileNames,
     int_digit_limit: usize,
 ) -> Result<(), JsonError> {
     let start = out.len();
@@ -763,7 +815,6 @@ pub fn canonical_call_append(
         int_digit_limit,
         out: std::mem::take(out),
         arena: Vec::new(),
-        volatile_lengths: volatile.iter().fold(0, |m, v| m | length_bit(v.len())),
     };
     let written = canon.call(name);
     *out = canon.out;
@@ -777,7 +828,7 @@ pub fn canonical_call_append(
 pub fn canonical_call(
     name: Text<'_>,
     text: &[u8],
-    volatile: &[Vec<u8>],
+    volatile: &VolatileNames,
     int_digit_limit: usize,
 ) -> Result<Vec<u8>, JsonError> {
     canonical_call_into(
@@ -794,7 +845,7 @@ mod tests {
     use super::*;
 
     fn canonical(text: &str) -> Result<String, JsonError> {
-        let volatile = vec![b"request_id".to_vec()];
+        let volatile = VolatileNames::new(vec![b"request_id".to_vec()]);
         canonical_call(Text::Latin1(b"t"), text.as_bytes(), &volatile, 4300)
             .map(|bytes| String::from_utf8(bytes).unwrap())
     }
@@ -824,6 +875,34 @@ mod tests {
             assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
             text.extend_from_slice(b"\"ab\xff\xff\xff\xff\xff\xff\xff");
             assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn volatile_names_hold_exactly_their_names() {
+        let mut next = crate::test_rng::xorshift(0x7e57);
+        let mut word = |max: u64| -> Vec<u8> {
+            let len = (next() % max) as usize;
+            (0..len)
+                .map(|_| [0, b'a', b'b', 0xff][(next() % 4) as usize])
+                .collect()
+        };
+        // A few names (scanned) and many (looked up), against keys that share lengths and
+        // prefixes with them.
+        for count in [0, 1, 6, SCANNED_NAMES, SCANNED_NAMES + 1, 200] {
+            let names: Vec<Vec<u8>> = (0..count).map(|_| word(14)).collect();
+            let volatile = VolatileNames::new(names.clone());
+            for _ in 0..2000 {
+                let key = word(14);
+                assert_eq!(
+                    volatile.contains(&key, key_prefix(&key)),
+                    names.contains(&key),
+                    "{key:?} in {names:?}"
+                );
+            }
+            for name in &names {
+                assert!(volatile.contains(name, key_prefix(name)));
+            }
         }
     }
 

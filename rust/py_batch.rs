@@ -151,7 +151,7 @@ struct Worker<'py> {
 impl<'py> Worker<'py> {
     fn spawn<'scope, 'env>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
-        volatile: &'scope [Vec<u8>],
+        volatile: &'scope json::VolatileNames,
     ) -> Option<Self>
     where
         'py: 'scope,
@@ -387,7 +387,7 @@ thread_local! {
 fn key_texts(
     pending: &[Pending<'_>],
     names: &[Vec<u8>],
-    volatile: &[Vec<u8>],
+    volatile: &json::VolatileNames,
 ) -> Vec<Result<Key, JsonError>> {
     let mut padded = PADDED.with(|p| p.take());
     let mut results = Vec::with_capacity(pending.len());

@@ -56,7 +56,7 @@ pub struct VolatileKeys {
     /// Unique to this set, for the shapes chosen under it ([`ShapeCache`]).
     id: u64,
     set: Py<PyFrozenSet>,
-    names: Vec<Vec<u8>>,
+    names: crate::json::VolatileNames,
     /// The same names, for lookups.
     lookup: crate::guard::NameMap<()>,
     /// Bit n set when some name has n code points (n < 64): most keys are ruled out by
@@ -155,14 +155,14 @@ impl VolatileKeys {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             set: set.unbind(),
             lookup,
-            names,
+            names: crate::json::VolatileNames::new(names),
             lengths,
             only_exact_str,
         })
     }
 
-    /// The WTF-8 names of the exact-`str` keys to drop.
-    pub fn names(&self) -> &[Vec<u8>] {
+    /// The WTF-8 names of the exact-`str` keys to drop, for the JSON parser.
+    pub fn names(&self) -> &crate::json::VolatileNames {
         &self.names
     }
 

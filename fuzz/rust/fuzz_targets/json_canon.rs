@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
     if !json::is_wtf8(text) {
         return;
     }
-    let volatile = volatile(mode);
+    let volatile = json::VolatileNames::new(volatile(mode));
     let name = Text::Latin1(b"t");
     let small = json::canonical_call(name, text, &volatile, json::MIN_INT_DIGIT_LIMIT);
     let full = json::canonical_call(name, text, &volatile, 4300);
