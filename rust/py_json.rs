@@ -42,7 +42,8 @@ fn helpers(py: Python<'_>) -> PyResult<&JsonHelpers> {
     })
 }
 
-/// JSON text as WTF-8: borrowed from a `str` that is ASCII (most are), else converted.
+/// JSON text as WTF-8: borrowed from a `str` that is ASCII (most are) or from UTF-8 `bytes`,
+/// else converted.
 /// Error messages need the Python object it came from as their document ([`doc`]).
 pub struct JsonText<'a> {
     bytes: Cow<'a, [u8]>,
