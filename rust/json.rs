@@ -570,7 +570,7 @@ impl Canon<'_, '_> {
         // A stable sort keeps duplicates in text order, so the last of each run is the one
         // `json.loads` keeps.
         let mut order = [0u8; 16];
-        if members.len() <= 16 {
+        if members.len() <= 16 && !LAST_ORDER.with_borrow(|last| last.fits(members, &mut order)) {
             // Insertion sort of member numbers, by prefixes kept beside them: most objects
             // have a handful of members (the seed call measured 4% faster than with whole
             // members moved).
@@ -591,7 +591,8 @@ impl Canon<'_, '_> {
                 prefixes[at] = member.prefix;
                 order[at] = n as u8;
             }
-        } else {
+            LAST_ORDER.with_borrow_mut(|last| last.remember(members, &prefixes, &order));
+        } else if members.len() > 16 {
             members.sort_by(|a, b| self.member_order(a, b));
         }
         let nth = |n: usize| {
@@ -654,6 +655,57 @@ impl Canon<'_, '_> {
         self.out.push(b']');
         Ok(i + 1)
     }
+}
+
+/// The key order of the last object reordered (of up to 16 members, with distinct key
+/// prefixes): objects of one shape come in runs (a list of records, a batch of calls to
+/// one tool), and sorting their members again cost more than checking their prefixes.
+struct KeyOrder {
+    len: usize,
+    /// The members' key prefixes, in text order.
+    prefixes: [u64; 16],
+    /// Their member numbers in key order.
+    order: [u8; 16],
+}
+
+impl KeyOrder {
+    /// Writes the key order of `members` into `order` if they have the remembered prefixes,
+    /// in the same order. Distinct prefixes order their keys on their own, so the keys
+    /// beyond them need not be the same.
+    #[inline]
+    fn fits(&self, members: &[Member], order: &mut [u8; 16]) -> bool {
+        let same = self.len == members.len()
+            && members
+                .iter()
+                .zip(&self.prefixes)
+                .all(|(member, &prefix)| member.prefix == prefix);
+        if same {
+            *order = self.order;
+        }
+        same
+    }
+
+    /// Remembers the order just sorted, unless two prefixes are the same (the keys beyond
+    /// them decided).
+    fn remember(&mut self, members: &[Member], sorted: &[u64; 16], order: &[u8; 16]) {
+        if sorted[..members.len()].windows(2).all(|w| w[0] < w[1]) {
+            self.len = members.len();
+            for (slot, member) in self.prefixes.iter_mut().zip(members) {
+                *slot = member.prefix;
+            }
+            self.order = *order;
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ORDER: std::cell::RefCell<KeyOrder> = const {
+        std::cell::RefCell::new(KeyOrder {
+            len: 0,
+            prefixes: [0; 16],
+            order: [0; 16],
+        })
+    };
 }
 
 /// A string under 32 bytes with nothing escaped in it, whose content starts at `start`:
@@ -886,6 +938,62 @@ mod tests {
             assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
             text.extend_from_slice(b"\"ab\xff\xff\xff\xff\xff\xff\xff");
             assert_eq!(prefix_at(&text, 0, a.len()), key_prefix(a), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn objects_of_one_shape_in_a_row_are_ordered_alike() {
+        // Keys over a tiny alphabet, some longer than 8 bytes with shared prefixes, so that
+        // remembered orders are met often, and sometimes must not serve (prefixes that tie,
+        // keys that differ only past their prefixes, duplicates).
+        let mut next = crate::test_rng::xorshift(0xbde2);
+        let shapes: Vec<Vec<String>> = (0..12)
+            .map(|_| {
+                let len = 2 + (next() % 6) as usize;
+                (0..len)
+                    .map(|_| {
+                        let stem = ["b", "a", "aaaaaaaa", "aaaaaaab"][(next() % 4) as usize];
+                        let tail = ["", "x", "y"][(next() % 3) as usize];
+                        format!("{stem}{tail}")
+                    })
+                    .collect()
+            })
+            .collect();
+        // Prefixes that tie: the order of one object must not serve the next.
+        let tied = [
+            (
+                r#"{"b":1,"aaaaaaaax":2,"aaaaaaaay":3}"#,
+                r#""aaaaaaaax":2,"aaaaaaaay":3,"b":1"#,
+            ),
+            (
+                r#"{"b":1,"aaaaaaaay":2,"aaaaaaaax":3}"#,
+                r#""aaaaaaaax":3,"aaaaaaaay":2,"b":1"#,
+            ),
+        ];
+        for (text, want) in tied.iter().chain(&tied) {
+            assert_eq!(
+                canonical(text).unwrap(),
+                format!(r#"{{"args":{{{want}}},"tool":"t"}}"#)
+            );
+        }
+        for round in 0..3000 {
+            let keys = &shapes[(next() % 4) as usize + round % 3 * 4 % 12];
+            let mut want = std::collections::BTreeMap::new();
+            let members: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(n, key)| {
+                    want.insert(key.clone(), n);
+                    format!(r#""{key}":{n}"#)
+                })
+                .collect();
+            let text = format!("{{{}}}", members.join(","));
+            let want: Vec<String> = want.iter().map(|(k, n)| format!(r#""{k}":{n}"#)).collect();
+            assert_eq!(
+                canonical(&text).unwrap(),
+                format!(r#"{{"args":{{{}}},"tool":"t"}}"#, want.join(",")),
+                "{text}"
+            );
         }
     }
 

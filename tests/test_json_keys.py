@@ -488,6 +488,26 @@ def _short_string_corners() -> list[str]:
     return texts
 
 
+def test_objects_of_one_shape_in_a_row(backend: ModuleType) -> None:
+    """The native parser remembers the key order of the last object it reordered; objects
+    whose keys share 8-byte prefixes, or differ only past them, must not take it."""
+    records = [
+        {"b": 1, "aaaaaaaax": 2, "aaaaaaaay": 3},
+        {"b": 1, "aaaaaaaay": 2, "aaaaaaaax": 3},
+        {"zzzzzzzz_2": 1, "yyyyyyyy_1": 2},
+        {"zzzzzzzz_1": 1, "yyyyyyyy_2": 2},
+        {"b": 1, "a": 2},
+        {"b": 1, "a\x00": 2},
+        {"b": 1, "a": None},
+    ]
+    texts = [json.dumps(r) for r in records * 3]
+    want = [reference.call_key("t", json.loads(t)) for t in texts]
+    assert [backend.call_key_json("t", t) for t in texts] == want
+    assert backend.call_keys([("t", t) for t in texts]) == want
+    nested = json.dumps({"z": records, "a": records[::-1]})
+    assert backend.call_key_json("t", nested) == reference.call_key("t", json.loads(nested))
+
+
 @pytest.mark.parametrize("text", _short_string_corners(), ids=short)
 @pytest.mark.parametrize("encoding", ["str", "utf-8"])
 def test_short_string_corners_like_json_loads(core: ModuleType, text: str, encoding: str) -> None:
