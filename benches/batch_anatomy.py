@@ -49,9 +49,7 @@ def batch(
         }
         tight = compact if compact is not None else i % 2 == 1
         separators = (",", ":") if tight else (", ", ": ")
-        text = json.dumps(
-            args, separators=separators, ensure_ascii=i % 3 > 0, sort_keys=sort_keys
-        )
+        text = json.dumps(args, separators=separators, ensure_ascii=i % 3 > 0, sort_keys=sort_keys)
         calls.append(("get_logs", text))
     return calls
 
