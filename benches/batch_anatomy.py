@@ -2,7 +2,7 @@
 variants that each take one cost away. ``python benches/batch_anatomy.py``
 
 Every variant has 100,000 seed-shaped ``get_logs`` calls as JSON text, built like the
-benchmark's batch (``test_bench_json._batch``), with one thing changed:
+benchmark's batch (``payloads.json_batch``), with one thing changed:
 
 - ``sorted keys``: ``json.dumps(sort_keys=True)``, so no object is reordered;
 - ``compact``: ``(",", ":")`` separators for every text (the batch has half with spaces);
@@ -19,50 +19,25 @@ repeats); differences of a few ns are noise. Nothing here asserts on time.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import tripwire._core as native
 from _timing import best_ns, machine, table
+from payloads import json_batch
 
 COUNT = 100_000
-
-
-def batch(
-    *,
-    sort_keys: bool = False,
-    compact: bool | None = None,
-    query: str = "timeout  near line {i}",
-    nulls: bool = True,
-) -> list[tuple[str, str]]:
-    services = ("checkout", "payments", "search", "auth", "inventory", "shipping", "café")
-    levels = ("error", "warn", "info")
-    calls = []
-    for i in range(COUNT):
-        args = {
-            "service": services[i % len(services)],
-            "since": f"{i % 60}m",
-            "level": levels[i % len(levels)],
-            "query": query.format(i=i),
-            "limit": None if nulls and i % 4 else 100,
-            "page": i,
-        }
-        tight = compact if compact is not None else i % 2 == 1
-        separators = (",", ":") if tight else (", ", ": ")
-        text = json.dumps(args, separators=separators, ensure_ascii=i % 3 > 0, sort_keys=sort_keys)
-        calls.append(("get_logs", text))
-    return calls
+ONE_SPACE = "timeout near line {i}"
 
 
 def main() -> None:
     variants: dict[str, list[tuple[str, str]]] = {
-        "benchmark batch": batch(),
-        "sorted keys": batch(sort_keys=True),
-        "compact": batch(compact=True),
-        "one space": batch(query="timeout near line {i}"),
-        "no nulls": batch(nulls=False),
-        "all of the above": batch(
-            sort_keys=True, compact=True, query="timeout near line {i}", nulls=False
+        "benchmark batch": json_batch(COUNT),
+        "sorted keys": json_batch(COUNT, sort_keys=True),
+        "compact": json_batch(COUNT, compact=True),
+        "one space": json_batch(COUNT, query=ONE_SPACE),
+        "no nulls": json_batch(COUNT, nulls=False),
+        "all of the above": json_batch(
+            COUNT, sort_keys=True, compact=True, query=ONE_SPACE, nulls=False
         ),
         "{}": [("get_logs", "{}" + " " * (i % 2)) for i in range(COUNT)],
     }

@@ -124,6 +124,44 @@ HUNDRED_KB: Payload = (
 PAYLOADS: dict[str, Payload] = {"seed": SEED, "1kb": ONE_KB, "100kb": HUNDRED_KB}
 
 
+def json_batch(
+    count: int,
+    *,
+    sort_keys: bool = False,
+    compact: bool | None = None,
+    query: str = "timeout  near line {i}",
+    nulls: bool = True,
+) -> list[tuple[str, str]]:
+    """``count`` distinct seed-shaped ``get_logs`` calls as JSON text (~116 bytes each), for
+    ``call_keys``: keys in schema order (not sorted), half the texts compact and half with
+    ``", "``/``": "`` separators, a third written with ``ensure_ascii``, one service in seven
+    non-ASCII, a double space in ``query``, ``limit`` null three times in four.
+
+    The keywords change one of these at a time (``benches/batch_anatomy.py``): ``sort_keys``,
+    ``compact`` (every text, one way), the ``query`` template, ``nulls=False`` (``limit``
+    always 100).
+    """
+    import json
+
+    services = ("checkout", "payments", "search", "auth", "inventory", "shipping", "café")
+    levels = ("error", "warn", "info")
+    calls = []
+    for i in range(count):
+        args = {
+            "service": services[i % len(services)],
+            "since": f"{i % 60}m",
+            "level": levels[i % len(levels)],
+            "query": query.format(i=i),
+            "limit": None if nulls and i % 4 else 100,
+            "page": i,
+        }
+        tight = compact if compact is not None else i % 2 == 1
+        separators = (",", ":") if tight else (", ", ": ")
+        text = json.dumps(args, separators=separators, ensure_ascii=i % 3 > 0, sort_keys=sort_keys)
+        calls.append(("get_logs", text))
+    return calls
+
+
 def sizes() -> dict[str, tuple[int, int]]:
     """Per payload: (canonical bytes, raw ``json.dumps`` bytes before normalising)."""
     import json

@@ -30,7 +30,7 @@ import pytest
 import tripwire._core as native
 import tripwire.reference as reference
 from _timing import best_ns, fmt_ns, machine, report, table
-from payloads import ONE_KB
+from payloads import ONE_KB, json_batch
 
 KEY_TARGET = 20.0
 BATCH_TARGET = 30.0
@@ -46,26 +46,7 @@ ONE_KB_CALL = (ONE_KB[0], json.dumps(ONE_KB[1], ensure_ascii=False))
 CALLS: dict[str, tuple[str, str]] = {"seed": SEED_CALL, "1kb": ONE_KB_CALL}
 
 
-def _batch(count: int) -> list[tuple[str, str]]:
-    """``count`` distinct seed-shaped calls as JSON text (~100 bytes each), deterministic."""
-    services = ("checkout", "payments", "search", "auth", "inventory", "shipping", "café")
-    levels = ("error", "warn", "info")
-    calls = []
-    for i in range(count):
-        args = {
-            "service": services[i % len(services)],
-            "since": f"{i % 60}m",
-            "level": levels[i % len(levels)],
-            "query": f"timeout  near line {i}",
-            "limit": None if i % 4 else 100,
-            "page": i,
-        }
-        separators = (",", ":") if i % 2 else (", ", ": ")
-        calls.append(("get_logs", json.dumps(args, separators=separators, ensure_ascii=i % 3 > 0)))
-    return calls
-
-
-BATCH = _batch(BATCH_SIZE)
+BATCH = json_batch(BATCH_SIZE)
 BATCH_BYTES = sum(len(text.encode()) for _, text in BATCH)
 
 

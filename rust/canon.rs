@@ -627,45 +627,33 @@ pub(crate) fn write_short_ascii_collapsed(out: &mut Vec<u8>, content: &[u8], spa
     out.push(b'"');
 }
 
-/// Writes the JSON string literal of `content`, WTF-8 under 32 bytes with no control
-/// character, quote, backslash or DEL in it, whose bytes from 0x80 up are the bits of
-/// `high`: ASCII runs copied, every other code point escaped. With `collapse` the caller
-/// has checked its ASCII spaces (none to drop or merge), and a non-ASCII whitespace
+/// Writes `" ".join(content.split())` as a JSON string literal, for WTF-8 `content` under
+/// 32 bytes with no control character, quote, backslash or DEL in it, whose ASCII spaces
+/// the caller has checked (none to drop or merge) and whose bytes from 0x80 up are the bits
+/// of `high`: ASCII runs copied, every other code point escaped. A non-ASCII whitespace
 /// character gives up: nothing written, `false` returned, for the general path to collapse.
 #[inline(never)]
-pub(crate) fn write_short_escaped(
-    out: &mut Vec<u8>,
-    content: &[u8],
-    mut high: u32,
-    collapse: bool,
-) -> bool {
+pub(crate) fn write_short_escaped(out: &mut Vec<u8>, content: &[u8], mut high: u32) -> bool {
     let mark = out.len();
     // Each byte becomes at most 3 (a 2-byte character is a 6-byte escape; a 4-byte one two).
     out.reserve(3 * content.len() + 2);
     out.push(b'"');
+    // `k` never passes the next bit of `high` (those below it are cleared) nor the end of
+    // `content` (a decoded character lies within it).
     let mut k = 0;
     while high != 0 {
         let at = high.trailing_zeros() as usize;
-        push_small(out, &content[k.min(at)..at]);
-        let Some((c, len)) = decode_wtf8(content, at) else {
+        push_small(out, &content[k..at]);
+        let Some((c, len)) = decode_wtf8(content, at).filter(|&(c, _)| !is_python_whitespace(c))
+        else {
             out.truncate(mark);
             return false;
         };
-        if collapse && is_python_whitespace(c) {
-            out.truncate(mark);
-            return false;
-        }
-        // Never ASCII here: a `\uXXXX` escape, or two for a character past U+FFFF.
-        if c >= 0x10000 {
-            push_u_escape(out, 0xd800 | (c - 0x10000) >> 10);
-            push_u_escape(out, 0xdc00 | (c & 0x3ff));
-        } else {
-            push_u_escape(out, c);
-        }
+        push_escaped(out, c);
         k = at + len;
         high &= u32::MAX.checked_shl(k as u32).unwrap_or(0);
     }
-    push_small(out, &content[k.min(content.len())..]);
+    push_small(out, &content[k..]);
     out.push(b'"');
     true
 }
@@ -1112,8 +1100,8 @@ mod tests {
                 write_short_ascii_collapsed(&mut fast, &wtf8, spaces);
                 assert_eq!(String::from_utf8(fast).unwrap(), general, "{wtf8:x?}");
             }
-            // With `collapse`, it gives up on non-ASCII whitespace and writes nothing; the
-            // caller has checked the spaces, so compare only where none needs collapsing.
+            // It gives up on non-ASCII whitespace and writes nothing; the caller has checked
+            // the spaces, so compare only where none needs collapsing.
             let spaces_stay = wtf8.first() != Some(&b' ')
                 && wtf8.last() != Some(&b' ')
                 && !wtf8.windows(2).any(|w| w == b"  ");
@@ -1121,16 +1109,13 @@ mod tests {
                 .iter()
                 .any(|w| wtf8.windows(w.len()).any(|x| x == w.as_bytes()));
             let mut fast = b"x".to_vec();
-            let written = write_short_escaped(&mut fast, &wtf8, high, true);
+            let written = write_short_escaped(&mut fast, &wtf8, high);
             assert_eq!(written, !non_ascii_white, "{wtf8:x?}");
             if written && spaces_stay {
                 assert_eq!(String::from_utf8(fast).unwrap(), format!("x{general}"));
             } else if !written {
                 assert_eq!(fast, b"x", "{wtf8:x?}");
             }
-            let mut fast = Vec::new();
-            assert!(write_short_escaped(&mut fast, &wtf8, high, false));
-            assert_eq!(String::from_utf8(fast).unwrap(), escaped(Text::Wtf8(&wtf8)));
         }
     }
 

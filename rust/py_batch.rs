@@ -13,11 +13,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
 
-use crate::canon::{self, Text};
+use crate::canon;
 use crate::json::{self, JsonError, ToolName};
 use crate::key::Key;
 use crate::py_canon::{
-    canonical_key, check_name, key_str, wtf8_of, VolatileKeys, KEPT_BUFFER_BYTES,
+    canonical_key, check_name, key_str, text_of, VolatileKeys, KEPT_BUFFER_BYTES,
 };
 use crate::py_json::{is_exact_text, json_key, raise, JsonText};
 use crate::sha_wide::Padded;
@@ -297,7 +297,7 @@ impl<'py> Reader<'_, 'py> {
         }
         let index = names.len();
         let mut literal = Vec::new();
-        canon::write_str(&mut literal, Text::Wtf8(&wtf8_of(name)?));
+        canon::write_str(&mut literal, text_of(name)?);
         names.push(literal);
         self.last_name = Some((name.clone(), index));
         Ok(index)

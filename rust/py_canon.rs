@@ -57,8 +57,6 @@ pub struct VolatileKeys {
     id: u64,
     set: Py<PyFrozenSet>,
     names: crate::json::VolatileNames,
-    /// The same names, for lookups.
-    lookup: crate::guard::NameMap<()>,
     /// Bit n set when some name has n code points (n < 64): most keys are ruled out by
     /// their length alone, without comparing text.
     lengths: u64,
@@ -146,15 +144,10 @@ impl VolatileKeys {
             let count = Text::Wtf8(name).code_points().count();
             mask | if count < 64 { 1 << count } else { 1 << 63 }
         });
-        let lookup = names
-            .iter()
-            .map(|n| (n.clone().into_boxed_slice(), ()))
-            .collect();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Ok(VolatileKeys {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             set: set.unbind(),
-            lookup,
             names: crate::json::VolatileNames::new(names),
             lengths,
             only_exact_str,
@@ -182,12 +175,12 @@ impl VolatileKeys {
         }
         // A set lookup, not a scan: a caller may pass thousands of volatile keys.
         match key {
-            Text::Latin1(bytes) if bytes.is_ascii() => self.lookup.contains_key(bytes),
+            Text::Latin1(bytes) if bytes.is_ascii() => self.names.has(bytes),
             _ => {
                 let mut wtf8 = Vec::with_capacity(count * 3);
                 key.code_points()
                     .for_each(|c| canon::push_wtf8(&mut wtf8, c));
-                self.lookup.contains_key(wtf8.as_slice())
+                self.names.has(&wtf8)
             }
         }
     }
@@ -283,11 +276,16 @@ fn narrow_latin1(units: &[u8; 16]) -> ([u8; 16], u32) {
         _mm_movemask_epi8(_mm_loadu_si128(units.as_ptr().cast::<__m128i>())) as u32
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let wide = units
-        .iter()
-        .enumerate()
-        .fold(0, |mask, (k, &u)| mask | u32::from(u >= 0x80) << k);
+    let wide = non_ascii_mask(units);
     (*units, wide)
+}
+
+/// Bit k set when unit k is 0x80 or above (the portable twin of the SSE2 masks).
+#[cfg(not(target_arch = "x86_64"))]
+fn non_ascii_mask<U: Copy + Into<u32>>(units: &[U; 16]) -> u32 {
+    units.iter().enumerate().fold(0, |mask, (k, &u)| {
+        mask | u32::from(Into::<u32>::into(u) >= 0x80) << k
+    })
 }
 
 /// The low bytes of 16 UCS-2 units, with a mask of the units from 0x80 up: one check and
@@ -321,11 +319,7 @@ fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
-    let wide = units
-        .iter()
-        .enumerate()
-        .fold(0, |mask, (k, &u)| mask | u32::from(u >= 0x80) << k);
-    (units.map(|u| u as u8), wide)
+    (units.map(|u| u as u8), non_ascii_mask(units))
 }
 
 /// A key as the `str` users see: its 16 hex digits, written straight into a new ASCII
