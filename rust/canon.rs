@@ -381,23 +381,6 @@ pub fn push_small(out: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// Appends `out[start..end]` to `out` itself ([`push_small`] within one buffer).
-#[inline(always)]
-pub fn push_within(out: &mut Vec<u8>, start: usize, end: usize) {
-    let len = out.len();
-    assert!(start <= end && end <= len, "push_within outside the buffer");
-    let n = end - start;
-    out.reserve(n);
-    // SAFETY: `start..end` lies within the buffer's first `len` bytes (checked above) and
-    // the copy goes to the `n` bytes reserved after them, so the two do not overlap; the new
-    // length covers exactly the bytes written.
-    unsafe {
-        let base = out.as_mut_ptr();
-        copy_small(base.add(start), base.add(len), n);
-        out.set_len(len + n);
-    }
-}
-
 /// Copies `n` bytes: from 4 to 32 with two overlapping copies of a fixed size, else with
 /// `memcpy`.
 ///
