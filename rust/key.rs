@@ -111,7 +111,7 @@ pub fn push_padding(buffer: &mut Vec<u8>, len: usize) {
 /// Compresses `bytes`, a whole number of blocks, into `state`.
 #[inline]
 pub fn compress(state: &mut [u32; 8], bytes: &[u8]) {
-    debug_assert_eq!(bytes.len() % 64, 0);
+    debug_assert_eq!(bytes.len() % BLOCK, 0);
     // SAFETY: `GenericArray<u8, U64>` is a `repr(transparent)` wrapper of 64 bytes
     // (alignment 1), so `bytes`, a whole number of blocks long, is that many blocks; the
     // slice borrows `bytes` for the call only.
@@ -120,7 +120,7 @@ pub fn compress(state: &mut [u32; 8], bytes: &[u8]) {
             bytes
                 .as_ptr()
                 .cast::<sha2::digest::generic_array::GenericArray<u8, sha2::digest::consts::U64>>(),
-            bytes.len() / 64,
+            bytes.len() / BLOCK,
         )
     };
     sha2::compress256(state, blocks);
