@@ -52,13 +52,19 @@ impl Reason {
     }
 }
 
-/// What a verdict's message is about, beyond its action and reason.
+/// What a verdict's message is about, beyond its action and reason (the reference's
+/// `Detail` tuples; the texts are written once, in Python).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Detail {
-    /// No results observed: the hash-only verdict.
+    /// Nothing observed that the message could say.
     Plain,
-    /// Repeats whose results were observed and did not change.
+    /// The repeats' results were observed, and two or more were equal.
     Unchanged,
+    /// The repeats failed: this many of them with the error whose digest this is
+    /// ([`RunState::error_text`] has its text).
+    Failed(Key, u32),
+    /// This many calls in a row to the call's tool failed with this error.
+    Errors(u32, Key),
     /// This many calls in a row to these tools (ids, in order) came back empty.
     Empty(u32, Vec<u32>),
     /// The last calls went twice round a cycle of these tools (ids from `intern_tool`);
@@ -104,54 +110,18 @@ impl Policy {
     }
 }
 
-/// The numbers a guard is configured with, validated.
+/// How many transient failures of one call a run may retry before they count as repeats.
+pub const TRANSIENT_RETRIES: u32 = 3;
+
+/// The numbers a guard is configured with. Validated by the Python layer
+/// (`tripwire._guard.check_limits`, the one source of those checks and their messages):
+/// `window >= 1`, `2 <= nudge_at <= stop_at <= window + 1`, `max_steps >= 1`.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub window: usize,
     pub nudge_at: u32,
     pub stop_at: u32,
     pub max_steps: Option<u64>,
-}
-
-impl Limits {
-    /// Validates the configuration with the reference's messages.
-    pub fn new(
-        window: usize,
-        nudge_at: u32,
-        stop_at: u32,
-        max_steps: Option<u64>,
-    ) -> Result<Limits, String> {
-        if window < 1 {
-            return Err(format!("window must be at least 1, got {window}"));
-        }
-        if nudge_at < 2 {
-            return Err(format!("nudge_at must be at least 2, got {nudge_at}"));
-        }
-        if stop_at < 2 {
-            return Err(format!("stop_at must be at least 2, got {stop_at}"));
-        }
-        if stop_at < nudge_at {
-            return Err(format!(
-                "stop_at ({stop_at}) must not be less than nudge_at ({nudge_at})"
-            ));
-        }
-        if stop_at as usize > window + 1 {
-            return Err(format!(
-                "stop_at ({stop_at}) can never be reached with window={window}: a window of \
-                 {window} holds at most {} occurrences, this one included",
-                window + 1
-            ));
-        }
-        if max_steps == Some(0) {
-            return Err("max_steps must be at least 1, got 0".to_string());
-        }
-        Ok(Limits {
-            window,
-            nudge_at,
-            stop_at,
-            max_steps,
-        })
-    }
 }
 
 /// What the counts say about one call.
@@ -196,19 +166,56 @@ impl<V, R, N> Released<V, R, N> {
     }
 }
 
-/// One call in the window.
+/// One call in the window (the reference's `_Entry`).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: Key,
     tool: u32,
     step: u64,
+    /// The user turn it was made in ([`RunState::user_message`]).
+    turn: u32,
     /// Nudged: it never ran.
     nudged: bool,
     /// An allowed call to a `write` tool.
     writes: bool,
-    /// Once observed: the result's key, and whether it was empty.
+    /// An allowed call that may change the world: a write, or a tool with no policy.
+    changes: bool,
+    /// Once observed: the result's key (a failure's is its error text's), whether it was
+    /// empty, whether it failed, and whether that failure was a transient one that a retry
+    /// need not answer for.
     result: Option<Key>,
     empty: bool,
+    failed: bool,
+    retry: bool,
+}
+
+impl Entry {
+    /// A write that ran (as far as anyone said) without failing.
+    fn wrote(&self) -> bool {
+        self.writes && !self.failed
+    }
+
+    /// A tool with no policy that ran: it may have changed the world, failed or not.
+    fn maybe_changed(&self) -> bool {
+        self.changes && !self.writes
+    }
+
+    /// May have changed the world: a write that did not fail, or a tool of unknown kind (a
+    /// shell command that fails may still have written files).
+    fn changed(&self) -> bool {
+        self.changes && !(self.writes && self.failed)
+    }
+}
+
+/// What `observe` learnt of a result (the reference's `describe_result`).
+pub struct Outcome<N> {
+    /// `None`: the result could not be keyed, so nothing is known of it.
+    pub result: Option<Key>,
+    pub empty: bool,
+    pub failed: bool,
+    pub transient: bool,
+    /// A failure's text, kept for messages.
+    pub error: Option<N>,
 }
 
 /// FNV-1a, for maps keyed by short byte strings (tool names) that are looked up on every
@@ -243,12 +250,19 @@ pub struct RunState<V, R, N> {
     window: VecDeque<Entry>,
     steps: u64,
     stopped: Option<V>,
-    by_call_id: HashMap<Box<[u8]>, V>,
+    /// The verdict given to each recent call id (the reference's `_Remembered`).
+    by_call_id: HashMap<Box<[u8]>, Remembered<V>>,
     call_id_order: VecDeque<Box<[u8]>>,
     cache: HashMap<Key, R>,
     cache_order: VecDeque<Key>,
     /// Checks of each poll tool's call so far this run (not only in the window).
     polls: HashMap<Key, u32>,
+    /// Transient failures of each call so far this run.
+    retries: HashMap<Key, u32>,
+    /// User messages so far this run.
+    turn: u32,
+    /// The texts of the failures in the window, by their digest, for messages.
+    error_texts: HashMap<Key, N>,
     /// Whether any result was observed this run: until one is, the verdicts are the
     /// hash-only ones and the progress checks are skipped (the common, cheapest path).
     observed: bool,
@@ -272,6 +286,9 @@ impl<V, R, N> Default for RunState<V, R, N> {
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
             polls: HashMap::new(),
+            retries: HashMap::new(),
+            turn: 0,
+            error_texts: HashMap::new(),
             observed: false,
             tool_ids: NameMap::default(),
             tool_names: Vec::new(),
@@ -281,18 +298,44 @@ impl<V, R, N> Default for RunState<V, R, N> {
     }
 }
 
+/// The verdict given to a call id, the key and step of the call it was given to, and whether
+/// that call's result has been observed since: a retried delivery is the same id *and* the
+/// same call, still unanswered (providers reuse ids for other calls, and for the same call
+/// asked again after its answer: both are new calls).
+struct Remembered<V> {
+    key: Key,
+    step: u64,
+    verdict: V,
+    answered: bool,
+}
+
+/// What the reference's `_repeats` says of a call: occurrences since the last change, this
+/// one included; whether a call that may have changed the world ran since the previous one;
+/// and what the message may say.
+struct Repeats {
+    count: u32,
+    deferred: bool,
+    between: bool,
+    detail: Detail,
+}
+
 impl<V, R, N> RunState<V, R, N> {
-    /// The verdict a call already has: the one given to the same call id before, or the
-    /// stop the run ended with.
-    pub fn recall(&self, call_id: Option<&[u8]>) -> Option<&V> {
+    /// The verdict a call already has: the one given to the same call id for the same call
+    /// before, or the stop the run ended with.
+    pub fn recall(&self, call_id: Option<&[u8]>, key: Key) -> Option<&V> {
         call_id
             .and_then(|id| self.by_call_id.get(id))
+            .filter(|r| r.key == key && !r.answered)
+            .map(|r| &r.verdict)
             .or(self.stopped.as_ref())
     }
 
-    /// True when this call id has a verdict already.
-    pub fn knows_call_id(&self, call_id: &[u8]) -> bool {
-        self.by_call_id.contains_key(call_id)
+    /// True when this call id was given to this very call, still unanswered: a retried
+    /// delivery.
+    pub fn retried(&self, call_id: &[u8], key: Key) -> bool {
+        self.by_call_id
+            .get(call_id)
+            .is_some_and(|r| r.key == key && !r.answered)
     }
 
     /// The id of a tool, by its name's bytes; `name` makes its handle the first time.
@@ -321,7 +364,13 @@ impl<V, R, N> RunState<V, R, N> {
         self.tool_names.get(id as usize)
     }
 
-    /// Says what to do with a call; changes nothing.
+    /// The text of a failure in the window, by its digest.
+    pub fn error_text(&self, digest: Key) -> Option<&N> {
+        self.error_texts.get(&digest)
+    }
+
+    /// Says what to do with a call; changes nothing. `rule` is `None` for a tool with no
+    /// policy (of unknown kind).
     pub fn decide(&self, limits: &Limits, key: Key, tool: u32, rule: Option<ToolRule>) -> Decision {
         let step = self.steps + 1;
         let over_budget = limits.max_steps.is_some_and(|budget| self.steps >= budget);
@@ -356,14 +405,9 @@ impl<V, R, N> RunState<V, R, N> {
                 decision(Action::Allow, None, polls, Detail::Plain)
             };
         }
-        let (repeats, unchanged) = self.unchanged_repeats(key);
-        let repeat_detail = if unchanged {
-            Detail::Unchanged
-        } else {
-            Detail::Plain
-        };
         if !self.observed {
             // No results yet: the hash-only verdict.
+            let repeats = self.window.iter().filter(|e| e.key == key).count() as u32 + 1;
             let (action, reason) = if repeats >= limits.stop_at {
                 (Action::Stop, Some(Reason::LoopDetected))
             } else if over_budget {
@@ -375,25 +419,33 @@ impl<V, R, N> RunState<V, R, N> {
             };
             return decision(action, reason, repeats, Detail::Plain);
         }
-        let (empty_run, empty_detail) = self.empty_run(tool);
-        if repeats >= limits.stop_at {
-            return decision(
-                Action::Stop,
-                Some(Reason::LoopDetected),
-                repeats,
-                repeat_detail,
-            );
+        let Repeats {
+            count: repeats,
+            deferred,
+            between,
+            detail,
+        } = self.repeats(key);
+        // After another call that may have changed the world, the repeat is run and judged by
+        // its result; after a possible change of its own, it has one more.
+        let counted = match (between, deferred) {
+            (true, _) => 0,
+            (false, true) => repeats - 1,
+            (false, false) => repeats,
+        };
+        let (fruitless, fruitless_detail) = self.fruitless_run(tool);
+        if counted >= limits.stop_at {
+            return decision(Action::Stop, Some(Reason::LoopDetected), repeats, detail);
         }
         if let Some((tools, writes)) = self.cycle(key) {
             let detail = Detail::Cycle(tools, writes);
             return decision(Action::Stop, Some(Reason::NoProgress), repeats, detail);
         }
-        if empty_run > limits.stop_at {
+        if fruitless > limits.stop_at {
             return decision(
                 Action::Stop,
                 Some(Reason::NoProgress),
                 repeats,
-                empty_detail,
+                fruitless_detail,
             );
         }
         if over_budget {
@@ -404,49 +456,90 @@ impl<V, R, N> RunState<V, R, N> {
                 Detail::Plain,
             );
         }
-        if repeats >= limits.nudge_at {
-            return decision(Action::Nudge, None, repeats, repeat_detail);
+        if counted >= limits.nudge_at {
+            return decision(Action::Nudge, None, repeats, detail);
         }
-        if empty_run > limits.nudge_at {
-            return decision(Action::Nudge, None, repeats, empty_detail);
+        if fruitless > limits.nudge_at {
+            return decision(Action::Nudge, None, repeats, fruitless_detail);
         }
         decision(Action::Allow, None, repeats, Detail::Plain)
     }
 
-    /// Occurrences of `key` since the world last changed, this one included, and whether any
-    /// had its result observed (see `_unchanged_repeats` in the reference).
-    fn unchanged_repeats(&self, key: Key) -> (u32, bool) {
-        let earlier = || self.window.iter().filter(|e| e.key == key);
-        if !self.observed {
-            return (earlier().count() as u32 + 1, false);
-        }
-        let Some(last) = earlier().filter_map(|e| e.result).next_back() else {
-            return (earlier().count() as u32 + 1, false);
+    /// The reference's `_repeats`: see its docstring for the rules.
+    fn repeats(&self, key: Key) -> Repeats {
+        let earlier = || self.window.iter().filter(|e| e.key == key && !e.retry);
+        let Some(latest) = earlier().rfind(|e| e.result.is_some()) else {
+            return Repeats {
+                count: earlier().count() as u32 + 1,
+                deferred: false,
+                between: false,
+                detail: Detail::Plain,
+            };
         };
-        let mut count = 0;
-        let mut wrote = false;
+        let (mut count, mut same) = (0u32, 0u32);
+        let (mut changed, mut deferred, mut between) = (false, false, false);
         for entry in self.window.iter().rev() {
-            if entry.key == key {
-                if wrote || entry.result.is_some_and(|r| r != last) {
+            if entry.key != key {
+                changed |= entry.changed();
+                if entry.wrote() {
                     break;
                 }
-                count += 1;
+                continue;
             }
-            wrote |= entry.writes;
+            if entry.retry {
+                continue;
+            }
+            if entry.result.is_some_and(|r| Some(r) != latest.result) {
+                break;
+            }
+            if entry.turn != self.turn && !latest.failed {
+                break;
+            }
+            if count == 0 {
+                between = changed;
+            }
+            changed |= entry.maybe_changed();
+            deferred |= changed;
+            count += 1;
+            same += u32::from(entry.result.is_some());
         }
-        (count + 1, true)
+        let detail = match latest.result {
+            Some(error) if latest.failed => Detail::Failed(error, same),
+            _ if same >= 2 => Detail::Unchanged,
+            _ => Detail::Plain,
+        };
+        Repeats {
+            count: count + 1,
+            deferred,
+            between,
+            detail,
+        }
+    }
+
+    /// The run of empty results, or else the run of one error (see the reference).
+    fn fruitless_run(&self, tool: u32) -> (u32, Detail) {
+        let empty = self.empty_run(tool);
+        if empty.0 > 0 {
+            return empty;
+        }
+        self.error_run(tool)
+    }
+
+    /// How many calls at the end of the window `fits` or were nudged (so ran no better), back
+    /// to the last user message.
+    fn tail_len(&self, fits: impl Fn(&Entry) -> bool) -> usize {
+        self.window
+            .iter()
+            .rev()
+            .take_while(|e| e.turn == self.turn && (e.nudged || fits(e)))
+            .count()
     }
 
     /// The calls at the end of the window that came back empty or were nudged, if at least
     /// one came back empty and `tool` is among their tools; with the message detail: how
     /// many came back empty, and their tools in order.
     fn empty_run(&self, tool: u32) -> (u32, Detail) {
-        let run = self
-            .window
-            .iter()
-            .rev()
-            .take_while(|e| e.empty || e.nudged)
-            .count();
+        let run = self.tail_len(|e| e.empty);
         let tail = self.window.range(self.window.len() - run..);
         let empties = tail.clone().filter(|e| e.empty).count() as u32;
         if empties == 0 || !tail.clone().any(|e| e.empty && e.tool == tool) {
@@ -462,6 +555,26 @@ impl<V, R, N> RunState<V, R, N> {
         (run as u32, Detail::Empty(empties, tools))
     }
 
+    /// The calls at the end of the window to `tool` that failed with one error (not a
+    /// transient one), or were nudged; with the message detail: their count and the error.
+    fn error_run(&self, tool: u32) -> (u32, Detail) {
+        let Some(last) = self.window.iter().rev().find(|e| !e.nudged) else {
+            return (0, Detail::Plain);
+        };
+        let Some(error) = last.result.filter(|_| last.failed && !last.retry) else {
+            return (0, Detail::Plain);
+        };
+        if last.tool != tool {
+            return (0, Detail::Plain);
+        }
+        let run =
+            self.tail_len(|e| e.failed && !e.retry && e.tool == tool && e.result == Some(error));
+        // The message counts the failures; a nudged call did not run.
+        let tail = self.window.range(self.window.len() - run..);
+        let failures = tail.filter(|e| !e.nudged).count() as u32;
+        (run as u32, Detail::Errors(failures, error))
+    }
+
     /// The tools of the shortest cycle the window went round twice with the same results
     /// that a call of `key` would start a third round of.
     fn cycle(&self, key: Key) -> Option<(Vec<u32>, bool)> {
@@ -469,7 +582,11 @@ impl<V, R, N> RunState<V, R, N> {
         for period in 2..=n / 2 {
             let start = n - 2 * period;
             let lap = |i: usize| &self.window[start + i];
-            if lap(0).key != key || (0..2 * period).any(|i| lap(i).result.is_none()) {
+            // Transient failures retried in between are no lap of a cycle.
+            if lap(0).key != key
+                || lap(0).turn != self.turn
+                || (0..2 * period).any(|i| lap(i).result.is_none() || lap(i).retry)
+            {
                 continue;
             }
             // With writes in the cycle, their results are what must repeat: the writes put
@@ -489,9 +606,9 @@ impl<V, R, N> RunState<V, R, N> {
         None
     }
 
-    /// The cached result for `key`, if an allowed call of a `read` tool may use it.
-    pub fn cached(&self, decision: &Decision, policy: Option<Policy>, key: Key) -> Option<&R> {
-        if decision.action == Action::Allow && policy == Some(Policy::Read) {
+    /// The cached result for `key`, if an allowed call of a declared `read` tool may use it.
+    pub fn cached(&self, decision: &Decision, cacheable: bool, key: Key) -> Option<&R> {
+        if decision.action == Action::Allow && cacheable {
             self.cache.get(&key)
         } else {
             None
@@ -500,7 +617,8 @@ impl<V, R, N> RunState<V, R, N> {
 
     /// Applies a decision: counts the step, appends the call or latches the stop, remembers
     /// the call id, counts polls, and forgets cached reads when a call that may write is let
-    /// through. `latched` is the verdict to answer every later call with, for a stop.
+    /// through. `policy` is `None` for a tool with no policy; `latched` is the verdict to
+    /// answer every later call with, for a stop.
     #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &mut self,
@@ -523,15 +641,21 @@ impl<V, R, N> RunState<V, R, N> {
             if self.window.len() >= limits.window {
                 self.window.pop_front();
             }
+            let may_write = matches!(policy, None | Some(Policy::Write));
             self.window.push_back(Entry {
                 key,
                 tool,
                 step: decision.step,
+                turn: self.turn,
                 nudged: decision.action == Action::Nudge,
                 writes: allowed && policy == Some(Policy::Write),
+                changes: allowed && may_write,
                 result: None,
                 empty: false,
+                failed: false,
+                retry: false,
             });
+            self.forget_errors(&mut released);
         }
         if allowed && matches!(policy, None | Some(Policy::Write)) {
             released.results.extend(self.cache.drain().map(|(_, r)| r));
@@ -541,37 +665,117 @@ impl<V, R, N> RunState<V, R, N> {
             *self.polls.entry(key).or_insert(0) += 1;
         }
         if let Some((call_id, verdict)) = remembered {
-            self.remember(call_id, verdict, &mut released);
+            self.remember(call_id, key, decision.step, verdict, &mut released);
         }
         released
     }
 
-    /// Records what the call checked at `step` with `key` returned, if it is still in the
-    /// window.
-    pub fn observe(&mut self, step: u64, key: Key, result: Key, empty: bool) {
-        if let Some(entry) = self
-            .window
-            .iter_mut()
-            .rev()
-            .find(|e| e.step == step && e.key == key)
-        {
-            entry.result = Some(result);
-            entry.empty = empty;
-            self.observed = true;
+    /// Drops the texts of failures that have left the window, once there are more of them
+    /// than calls in it (so the work is paid for by the calls that made it).
+    fn forget_errors(&mut self, released: &mut Released<V, R, N>) {
+        if self.error_texts.len() <= self.window.len() + 8 {
+            return;
+        }
+        let live: Vec<Key> = self.window.iter().filter_map(|e| e.result).collect();
+        let dead: Vec<Key> = self
+            .error_texts
+            .keys()
+            .filter(|k| !live.contains(k))
+            .copied()
+            .collect();
+        for key in dead {
+            released.names.extend(self.error_texts.remove(&key));
         }
     }
 
-    /// Remembers the verdict given to a call id.
-    pub fn remember(&mut self, call_id: &[u8], verdict: V, released: &mut Released<V, R, N>) {
-        let id: Box<[u8]> = call_id.into();
-        if let Some(old) = self.by_call_id.insert(id.clone(), verdict) {
-            released.verdicts.push(old);
-        } else {
-            self.call_id_order.push_back(id);
+    /// Records what the call checked at `step` with `key` returned, if it is still in the
+    /// window; hands back what it let go of.
+    pub fn observe(
+        &mut self,
+        step: u64,
+        key: Key,
+        call_id: Option<&[u8]>,
+        outcome: Outcome<N>,
+    ) -> Released<V, R, N> {
+        let mut released = Released::default();
+        if let Some(remembered) = call_id.and_then(|id| self.by_call_id.get_mut(id)) {
+            if remembered.step == step {
+                remembered.answered = true;
+            }
         }
+        if outcome.result.is_none() && !outcome.failed {
+            // Nothing to compare it by: as if not observed.
+            released.names.extend(outcome.error);
+            return released;
+        }
+        let Some(index) = self
+            .window
+            .iter()
+            .rposition(|e| e.step == step && e.key == key)
+        else {
+            released.names.extend(outcome.error);
+            return released;
+        };
+        // A retry is counted once per call, however often it is observed.
+        let was_retry = self.window[index].retry;
+        let mut retry = false;
+        if outcome.failed && outcome.transient {
+            let retries = self.retries.entry(key).or_insert(0);
+            if was_retry || *retries < TRANSIENT_RETRIES {
+                *retries += u32::from(!was_retry);
+                retry = true;
+            }
+        }
+        let entry = &mut self.window[index];
+        entry.result = outcome.result;
+        entry.empty = outcome.empty;
+        entry.failed = outcome.failed;
+        entry.retry = retry;
+        self.observed = true;
+        match (outcome.result, outcome.error) {
+            (Some(digest), Some(text)) if outcome.failed => {
+                if let Some(old) = self.error_texts.insert(digest, text) {
+                    released.names.push(old);
+                }
+            }
+            (_, text) => released.names.extend(text),
+        }
+        released
+    }
+
+    /// A human message arrived: see the reference's `user_message`.
+    pub fn user_message(&mut self) {
+        self.turn = self.turn.wrapping_add(1);
+    }
+
+    /// Remembers the verdict given at `step` to a call id for the call with `key`.
+    pub fn remember(
+        &mut self,
+        call_id: &[u8],
+        key: Key,
+        step: u64,
+        verdict: V,
+        released: &mut Released<V, R, N>,
+    ) {
+        // Re-inserted at the back, as the reference's ordered dict moves it there.
+        if let Some(old) = self.by_call_id.remove(call_id) {
+            released.verdicts.push(old.verdict);
+            self.call_id_order.retain(|id| **id != *call_id);
+        }
+        let id: Box<[u8]> = call_id.into();
+        let remembered = Remembered {
+            key,
+            step,
+            verdict,
+            answered: false,
+        };
+        self.by_call_id.insert(id.clone(), remembered);
+        self.call_id_order.push_back(id);
         if self.call_id_order.len() > CALL_ID_MEMORY {
             if let Some(oldest) = self.call_id_order.pop_front() {
-                released.verdicts.extend(self.by_call_id.remove(&oldest));
+                released
+                    .verdicts
+                    .extend(self.by_call_id.remove(&oldest).map(|r| r.verdict));
             }
         }
     }
@@ -599,10 +803,14 @@ impl<V, R, N> RunState<V, R, N> {
             verdicts: old
                 .stopped
                 .into_iter()
-                .chain(old.by_call_id.into_values())
+                .chain(old.by_call_id.into_values().map(|r| r.verdict))
                 .collect(),
             results: old.cache.into_values().collect(),
-            names: old.tool_names,
+            names: old
+                .tool_names
+                .into_iter()
+                .chain(old.error_texts.into_values())
+                .collect(),
         }
     }
 
@@ -662,7 +870,14 @@ mod tests {
     ) -> Decision {
         let decision = run_tool(state, &seed_limits(), key, tool, rule);
         if decision.action == Action::Allow {
-            state.observe(decision.step, key, result, result == 0);
+            let outcome = Outcome {
+                result: Some(result),
+                empty: result == 0,
+                failed: false,
+                transient: false,
+                error: None,
+            };
+            state.observe(decision.step, key, None, outcome);
         }
         decision
     }
@@ -679,7 +894,7 @@ mod tests {
             .collect();
         use Action::*;
         assert_eq!(actions, [Allow, Allow, Allow, Allow, Stop]);
-        let last = state.recall(None);
+        let last = state.recall(None, 7);
         assert_eq!(last, Some(&"stop"));
     }
 
@@ -703,21 +918,118 @@ mod tests {
                 Action::Allow
             );
         }
+        // A read repeated with nothing between: the seed's thresholds; "has not changed"
+        // only once two equal results were seen (the nudged call never ran).
+        let read = Some(ToolRule {
+            policy: Policy::Read,
+            max_polls: DEFAULT_MAX_POLLS,
+        });
         let mut state = State::default();
+        let verdicts: Vec<_> = (0..3)
+            .map(|_| run_observed(&mut state, 1, 0, read, 7))
+            .map(|d| (d.action, d.detail))
+            .collect();
+        use Action::*;
         assert_eq!(
-            run_observed(&mut state, 1, 0, None, 0).action,
-            Action::Allow
+            verdicts,
+            [
+                (Allow, Detail::Plain),
+                (Nudge, Detail::Plain),
+                (Stop, Detail::Plain)
+            ]
         );
-        let nudge = run_observed(&mut state, 1, 0, None, 0);
+        // A tool of unknown kind may have changed the world: each repeat runs and is judged
+        // by its result, so the thresholds move up by one.
+        let mut state = State::default();
+        let verdicts: Vec<_> = (0..4)
+            .map(|_| run_observed(&mut state, 1, 0, None, 7))
+            .map(|d| (d.action, d.repeats, d.detail))
+            .collect();
         assert_eq!(
-            (nudge.action, nudge.detail),
-            (Action::Nudge, Detail::Unchanged)
+            verdicts,
+            [
+                (Allow, 1, Detail::Plain),
+                (Allow, 2, Detail::Plain),
+                (Nudge, 3, Detail::Unchanged),
+                (Stop, 4, Detail::Unchanged),
+            ]
         );
-        let stop = run_observed(&mut state, 1, 0, None, 0);
-        assert_eq!(
-            (stop.action, stop.reason),
-            (Action::Stop, Some(Reason::LoopDetected))
-        );
+    }
+
+    #[test]
+    fn transient_failures_are_retried_and_the_same_error_counts() {
+        let read = Some(ToolRule {
+            policy: Policy::Read,
+            max_polls: DEFAULT_MAX_POLLS,
+        });
+        let limits = seed_limits();
+        let mut state = State::default();
+        let check = |state: &mut State, failed: bool, transient: bool| {
+            let decision = run_tool(state, &limits, 1, 0, read);
+            if decision.action == Action::Allow {
+                let outcome = Outcome {
+                    result: Some(if failed { 66 } else { 5 }),
+                    empty: false,
+                    failed,
+                    transient,
+                    error: None,
+                };
+                state.observe(decision.step, 1, None, outcome);
+            }
+            (decision.action, decision.repeats)
+        };
+        use Action::*;
+        // 503, 503, success: the retries are not repeats.
+        assert_eq!(check(&mut state, true, true), (Allow, 1));
+        assert_eq!(check(&mut state, true, true), (Allow, 1));
+        assert_eq!(check(&mut state, false, false), (Allow, 1));
+        // The same deterministic error again: a loop, as the seed counts it.
+        let mut state = State::default();
+        assert_eq!(check(&mut state, true, false), (Allow, 1));
+        assert_eq!(check(&mut state, true, false), (Nudge, 2));
+        assert_eq!(check(&mut state, true, false), (Stop, 3));
+        // Past the retries a call has, transient failures count.
+        let mut state = State::default();
+        for _ in 0..TRANSIENT_RETRIES {
+            assert_eq!(check(&mut state, true, true), (Allow, 1));
+        }
+        assert_eq!(check(&mut state, true, true), (Allow, 1));
+        assert_eq!(check(&mut state, true, true).0, Nudge);
+    }
+
+    #[test]
+    fn a_user_message_ends_the_count_unless_the_call_keeps_failing() {
+        let read = Some(ToolRule {
+            policy: Policy::Read,
+            max_polls: DEFAULT_MAX_POLLS,
+        });
+        let mut state = State::default();
+        for _ in 0..4 {
+            assert_eq!(
+                run_observed(&mut state, 1, 0, read, 5).action,
+                Action::Allow
+            );
+            state.user_message();
+        }
+        let limits = seed_limits();
+        let mut state = State::default();
+        let mut actions = Vec::new();
+        for _ in 0..3 {
+            let decision = run_tool(&mut state, &limits, 1, 0, read);
+            if decision.action == Action::Allow {
+                let outcome = Outcome {
+                    result: Some(66),
+                    empty: false,
+                    failed: true,
+                    transient: false,
+                    error: None,
+                };
+                state.observe(decision.step, 1, None, outcome);
+            }
+            actions.push(decision.action);
+            state.user_message();
+        }
+        assert_eq!(actions, [Action::Allow, Action::Nudge, Action::Stop]);
     }
 
     #[test]
@@ -764,8 +1076,17 @@ mod tests {
         );
     }
 
+    fn limits(window: usize, nudge_at: u32, stop_at: u32, max_steps: Option<u64>) -> Limits {
+        Limits {
+            window,
+            nudge_at,
+            stop_at,
+            max_steps,
+        }
+    }
+
     fn seed_limits() -> Limits {
-        Limits::new(12, 2, 3, None).unwrap()
+        limits(12, 2, 3, None)
     }
 
     #[test]
@@ -780,7 +1101,7 @@ mod tests {
         assert_eq!(actions, [Allow, Allow, Allow, Allow, Nudge, Stop]);
         assert_eq!(state.steps(), 6);
         assert_eq!(state.len(), 5, "the stopped call is not appended");
-        assert_eq!(state.recall(None), Some(&"stop"));
+        assert_eq!(state.recall(None, 4), Some(&"stop"));
     }
 
     #[test]
@@ -796,7 +1117,7 @@ mod tests {
 
     #[test]
     fn budget_is_a_different_reason() {
-        let limits = Limits::new(12, 2, 3, Some(2)).unwrap();
+        let limits = limits(12, 2, 3, Some(2));
         let mut state = State::default();
         run(&mut state, &limits, 1);
         run(&mut state, &limits, 2);
@@ -806,28 +1127,19 @@ mod tests {
     }
 
     #[test]
-    fn invalid_limits_are_refused() {
-        assert!(Limits::new(0, 2, 3, None).is_err());
-        assert!(Limits::new(12, 3, 2, None).is_err());
-        assert!(Limits::new(12, 1, 3, None).is_err());
-        assert!(Limits::new(1, 2, 3, None).is_err());
-        assert!(Limits::new(12, 2, 3, Some(0)).is_err());
-    }
-
-    #[test]
     fn writes_clear_the_cache_and_reads_use_it() {
-        let limits = Limits::new(12, 5, 6, None).unwrap();
+        let limits = limits(12, 5, 6, None);
         let mut state = State::default();
         let d = state.decide(&limits, 7, 0, None);
         state.commit(&limits, 7, 0, &d, Some(Policy::Read), None, None);
         state.store_result(7, 42);
         let again = state.decide(&limits, 7, 0, None);
-        assert_eq!(state.cached(&again, Some(Policy::Read), 7), Some(&42));
-        assert_eq!(state.cached(&again, Some(Policy::Volatile), 7), None);
+        assert_eq!(state.cached(&again, true, 7), Some(&42));
+        assert_eq!(state.cached(&again, false, 7), None);
         let write = state.decide(&limits, 8, 1, None);
         let released = state.commit(&limits, 8, 1, &write, Some(Policy::Write), None, None);
         assert_eq!(released.results, vec![42]);
-        assert_eq!(state.cached(&again, Some(Policy::Read), 7), None);
+        assert_eq!(state.cached(&again, true, 7), None);
     }
 
     #[test]
@@ -835,11 +1147,14 @@ mod tests {
         let mut state = State::default();
         let mut released = Released::default();
         for i in 0..(CALL_ID_MEMORY + 5) {
-            state.remember(format!("id{i}").as_bytes(), "v", &mut released);
+            state.remember(format!("id{i}").as_bytes(), 9, 1, "v", &mut released);
         }
         assert_eq!(released.verdicts.len(), 5);
-        assert!(!state.knows_call_id(b"id0"));
-        assert!(state.knows_call_id(format!("id{}", CALL_ID_MEMORY + 4).as_bytes()));
+        assert!(!state.retried(b"id0", 9));
+        let newest = format!("id{}", CALL_ID_MEMORY + 4);
+        assert!(state.retried(newest.as_bytes(), 9));
+        // The same id on another call is not a retried delivery.
+        assert!(!state.retried(newest.as_bytes(), 8));
     }
 
     #[test]

@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PySequence, PyString};
+use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::canon::{self, Text};
+use crate::canon::Text;
 use crate::guard::{
-    Action, Decision, Detail, Limits, NameMap, Policy, Reason, Released, RunState, ToolRule,
+    Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Reason, Released, RunState,
+    ToolRule,
 };
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
@@ -25,37 +26,55 @@ use crate::py_json::{invalid_json_key, json_key};
 type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
 type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
 
-/// A tool's policy as the reference's `_check_tools` validated it.
+/// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
+/// inferred it.
 struct ToolSpec {
-    rule: ToolRule,
-    /// Empty results are answers for this tool: never counted as empty.
-    empty_answers: bool,
-    /// Digests of the results the policy lists as empty.
-    empty_digests: Vec<Key>,
-    /// The reference's policy object, for results only Python can judge.
+    /// `None`: no policy (a tool of unknown kind).
+    rule: Option<ToolRule>,
+    /// Its string arguments keep their whitespace in the key.
+    keep_whitespace: bool,
+    /// Declared `read`: its results may be served from the run's cache.
+    cacheable: bool,
+    /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
 
-type ToolSpecs = NameMap<ToolSpec>;
+type ToolSpecs = NameMap<Arc<ToolSpec>>;
 
-/// The reference helpers for policies and results, imported once.
+/// How many undeclared tools' inferred policies a guard remembers (the reference's
+/// `INFERRED_TOOLS`: tool names come from the model, so the memory is bounded).
+const INFERRED_TOOLS: usize = 1024;
+
+/// The reference's helpers, imported once: the one source of configuration checks,
+/// policies, what results mean, and every message.
 struct GuardHelpers {
+    check_limits: Py<PyAny>,
     check_tools: Py<PyAny>,
-    result_value: Py<PyAny>,
-    result_digest: Py<PyAny>,
-    is_empty_result: Py<PyAny>,
+    check_definitions: Py<PyAny>,
+    infer_policy: Py<PyAny>,
+    describe_result: Py<PyAny>,
+    verdict_message: Py<PyAny>,
+    verbatim_key: Py<PyAny>,
+    verbatim_key_json: Py<PyAny>,
 }
 
 static GUARD_HELPERS: PyOnceLock<GuardHelpers> = PyOnceLock::new();
 
 fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
     GUARD_HELPERS.get_or_try_init(py, || {
-        let module = py.import("tripwire._guard")?;
+        let guard = py.import("tripwire._guard")?;
+        let policy = py.import("tripwire._policy")?;
+        let results = py.import("tripwire._results")?;
+        let keys = py.import("tripwire._keys")?;
         Ok(GuardHelpers {
-            check_tools: module.getattr("_check_tools")?.unbind(),
-            result_value: module.getattr("result_value")?.unbind(),
-            result_digest: module.getattr("result_digest")?.unbind(),
-            is_empty_result: module.getattr("is_empty_result")?.unbind(),
+            check_limits: guard.getattr("check_limits")?.unbind(),
+            check_tools: policy.getattr("check_tools")?.unbind(),
+            check_definitions: policy.getattr("check_definitions")?.unbind(),
+            infer_policy: policy.getattr("infer_policy")?.unbind(),
+            describe_result: results.getattr("describe_result")?.unbind(),
+            verdict_message: guard.getattr("verdict_message")?.unbind(),
+            verbatim_key: keys.getattr("verbatim_key")?.unbind(),
+            verbatim_key_json: keys.getattr("verbatim_key_json")?.unbind(),
         })
     })
 }
@@ -76,58 +95,24 @@ struct Prepared<'py> {
     name_bytes: NameBytes,
     key: Key,
     rule: Option<ToolRule>,
+    cacheable: bool,
     call_id: Option<CallId>,
     invalid_arguments: Option<Py<PyString>>,
 }
 
-/// What a verdict's message is about (`guard::Detail`, with tool names for cycles).
+/// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
 enum VerdictDetail {
     Plain,
     Unchanged,
+    Failed(Py<PyString>, u32),
+    Errors(u32, Py<PyString>),
     Empty(u32, Vec<Py<PyString>>),
     Cycle(Vec<Py<PyString>>, bool),
     PollLimit(u32),
 }
 
-/// "3 calls to search_docs in a row", or "4 calls in a row to search_docs, search_kb", as
-/// the reference's `_empty_calls` writes it.
-fn empty_calls<'py>(
-    py: Python<'py>,
-    count: u32,
-    tools: &[Py<PyString>],
-) -> Vec<Bound<'py, PyString>> {
-    let text = |t: &str| PyString::new(py, t);
-    if let [tool] = tools {
-        return vec![
-            text(&format!("{count} calls to ")),
-            tool.bind(py).clone(),
-            text(" in a row"),
-        ];
-    }
-    let mut parts = vec![text(&format!("{count} calls in a row to "))];
-    for (i, tool) in tools.iter().enumerate() {
-        if i > 0 {
-            parts.push(text(", "));
-        }
-        parts.push(tool.bind(py).clone());
-    }
-    parts
-}
-
 fn copy_names(py: Python<'_>, names: &[Py<PyString>]) -> Vec<Py<PyString>> {
     names.iter().map(|t| t.clone_ref(py)).collect()
-}
-
-fn same_names(py: Python<'_>, a: &[Py<PyString>], b: &[Py<PyString>]) -> PyResult<bool> {
-    if a.len() != b.len() {
-        return Ok(false);
-    }
-    for (x, y) in a.iter().zip(b) {
-        if !PyAnyMethods::eq(x.bind(py).as_any(), y.bind(py))? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 impl VerdictDetail {
@@ -135,6 +120,8 @@ impl VerdictDetail {
         match self {
             VerdictDetail::Plain => VerdictDetail::Plain,
             VerdictDetail::Unchanged => VerdictDetail::Unchanged,
+            VerdictDetail::Failed(text, n) => VerdictDetail::Failed(text.clone_ref(py), *n),
+            VerdictDetail::Errors(n, text) => VerdictDetail::Errors(*n, text.clone_ref(py)),
             VerdictDetail::Empty(n, tools) => VerdictDetail::Empty(*n, copy_names(py, tools)),
             VerdictDetail::Cycle(tools, writes) => {
                 VerdictDetail::Cycle(copy_names(py, tools), *writes)
@@ -143,30 +130,37 @@ impl VerdictDetail {
         }
     }
 
-    fn same_as(&self, py: Python<'_>, other: &VerdictDetail) -> PyResult<bool> {
-        Ok(match (self, other) {
-            (VerdictDetail::Plain, VerdictDetail::Plain)
-            | (VerdictDetail::Unchanged, VerdictDetail::Unchanged) => true,
-            (VerdictDetail::PollLimit(a), VerdictDetail::PollLimit(b)) => a == b,
-            (VerdictDetail::Empty(a, x), VerdictDetail::Empty(b, y)) => {
-                a == b && same_names(py, x, y)?
-            }
-            (VerdictDetail::Cycle(a, x), VerdictDetail::Cycle(b, y)) => {
-                x == y && same_names(py, a, b)?
-            }
-            _ => false,
-        })
-    }
-}
-
-const ORDINALS: [&str; 8] = [
-    "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
-];
-
-fn ordinal(n: u32) -> String {
-    match n.checked_sub(1).and_then(|i| ORDINALS.get(i as usize)) {
-        Some(word) => (*word).to_string(),
-        None => format!("{n}th"),
+    /// The reference's `Detail` tuple (or `None`): what its messages and equality read.
+    fn to_python<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let tuple = |items: Vec<Bound<'py, PyAny>>| -> PyResult<Bound<'py, PyAny>> {
+            Ok(PyTuple::new(py, items)?.into_any())
+        };
+        let text = |t: &str| PyString::new(py, t).into_any();
+        let int = |n: u32| n.into_pyobject(py).map(|n| n.into_any());
+        let names = |names: &[Py<PyString>]| -> PyResult<Bound<'py, PyAny>> {
+            Ok(PyTuple::new(py, names.iter().map(|n| n.bind(py)))?.into_any())
+        };
+        match self {
+            VerdictDetail::Plain => Ok(py.None().into_bound(py)),
+            VerdictDetail::Unchanged => tuple(vec![text("unchanged")]),
+            VerdictDetail::Failed(error, n) => tuple(vec![
+                text("failed"),
+                error.bind(py).clone().into_any(),
+                int(*n)?,
+            ]),
+            VerdictDetail::Errors(n, error) => tuple(vec![
+                text("errors"),
+                int(*n)?,
+                error.bind(py).clone().into_any(),
+            ]),
+            VerdictDetail::Empty(n, tools) => tuple(vec![text("empty"), int(*n)?, names(tools)?]),
+            VerdictDetail::Cycle(tools, writes) => tuple(vec![
+                text("cycle"),
+                names(tools)?,
+                PyBool::new(py, *writes).to_owned().into_any(),
+            ]),
+            VerdictDetail::PollLimit(n) => tuple(vec![text("poll"), int(*n)?]),
+        }
     }
 }
 
@@ -266,100 +260,20 @@ impl Verdict {
         self.invalid_arguments.as_ref().map(|i| i.clone_ref(py))
     }
     #[getter]
-    fn message<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyString>>> {
-        // Texts as in the reference's `nudge_message` and `stop_message`. The tool names go
-        // in as the Python strs they are (they may hold lone surrogates).
-        let tool = self.tool.bind(py).clone();
-        let text = |t: &str| PyString::new(py, t);
-        let parts: Vec<Bound<'py, PyString>> = match (self.action, self.reason, &self.detail) {
-            (Action::Nudge, _, VerdictDetail::Empty(n, tools)) => {
-                let mut parts = empty_calls(py, *n, tools);
-                parts.push(text(
-                    " returned nothing. Do not reword the same request again: try a different \
-                     tool or approach, or report what you have so far.",
-                ));
-                parts
-            }
-            (Action::Nudge, _, detail) => {
-                let unchanged = if matches!(detail, VerdictDetail::Unchanged) {
-                    ", and the result has not changed"
-                } else {
-                    ""
-                };
-                vec![
-                    text(&format!(
-                        "This is the {} identical call to ",
-                        ordinal(self.repeats)
-                    )),
-                    tool,
-                    text(&format!(
-                        " with the same arguments{unchanged}. Do not repeat it. Either use \
-                         different arguments, use a different tool, or report what you have so \
-                         far."
-                    )),
-                ]
-            }
-            (Action::Stop, Some(Reason::BudgetExhausted), _) => vec![text(&format!(
-                "Stopped (budget_exhausted): the budget of {} tool calls is spent.",
-                self.budget.as_deref().unwrap_or("None")
-            ))],
-            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Empty(n, tools)) => {
-                let mut parts = vec![text("Stopped (no_progress): ")];
-                parts.extend(empty_calls(py, *n, tools));
-                parts.push(text(" returned nothing."));
-                parts
-            }
-            (Action::Stop, Some(Reason::NoProgress), VerdictDetail::Cycle(tools, writes)) => {
-                let mut parts = vec![text(&format!(
-                    "Stopped (no_progress): the last {} calls went twice round the same cycle (",
-                    2 * tools.len()
-                ))];
-                for (i, name) in tools.iter().enumerate() {
-                    if i > 0 {
-                        parts.push(text(" -> "));
-                    }
-                    parts.push(name.bind(py).clone());
-                }
-                parts.push(text(if *writes {
-                    ") with the same results from its writes; "
-                } else {
-                    ") with the same results; "
-                }));
-                parts.push(tool);
-                parts.push(text(" would start a third round."));
-                parts
-            }
-            (Action::Stop, Some(Reason::LoopDetected), VerdictDetail::PollLimit(limit)) => vec![
-                text("Stopped (loop_detected): "),
-                tool,
-                text(&format!(
-                    " was polled {} times with the same arguments, more than its limit of \
-                     {limit}.",
-                    self.repeats
-                )),
-            ],
-            (Action::Stop, Some(Reason::LoopDetected), detail) => {
-                let same = if matches!(detail, VerdictDetail::Unchanged) {
-                    " and the same result"
-                } else {
-                    ""
-                };
-                vec![
-                    text("Stopped (loop_detected): "),
-                    tool,
-                    text(&format!(
-                        " was called {} times with the same arguments{same} within the last {} \
-                         calls.",
-                        self.repeats, self.window
-                    )),
-                ]
-            }
-            _ => return Ok(None),
+    fn message<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // The texts live once, in the reference (`verdict_message`).
+        let budget = match &self.budget {
+            Some(text) => PyString::new(py, text).into_any(),
+            None => py.None().into_bound(py),
         };
-        Ok(Some(
-            PyString::new(py, "")
-                .call_method1("join", (parts,))?
-                .cast_into::<PyString>()?,
+        guard_helpers(py)?.verdict_message.bind(py).call1((
+            self.action.as_str(),
+            self.reason.map(Reason::as_str),
+            self.tool.bind(py),
+            self.repeats,
+            self.window,
+            budget,
+            self.detail.to_python(py)?,
         ))
     }
 
@@ -383,7 +297,7 @@ impl Verdict {
             && PyAnyMethods::eq(self.tool.bind(py).as_any(), other.tool.bind(py))?
             && same_str(&self.call_id, &other.call_id)?
             && same_str(&self.invalid_arguments, &other.invalid_arguments)?
-            && self.detail.same_as(py, &other.detail)?
+            && self.detail.to_python(py)?.eq(other.detail.to_python(py)?)?
             && match (&self.cached, &other.cached) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.is(b),
@@ -425,39 +339,23 @@ impl Verdict {
 pub struct Guard {
     limits: Limits,
     volatile: Arc<VolatileKeys>,
-    /// Results are keyed with the default volatile keys, as the reference keys them.
-    default_volatile: Arc<VolatileKeys>,
-    /// Tool name (WTF-8) to policy.
+    /// Declared policies, by tool name (WTF-8).
     tools: ToolSpecs,
     tools_repr: String,
+    /// Whether undeclared tools get an inferred policy.
+    infer: bool,
+    /// What `definitions=` said, as the reference's `check_definitions` made it.
+    definitions: Py<PyAny>,
+    /// Inferred policies of the undeclared tools met so far (`None`: no policy). A lock of
+    /// its own, taken before keying (the policy says whether whitespace is kept) and never
+    /// while Python code runs.
+    inferred: Mutex<NameMap<Option<Arc<ToolSpec>>>>,
     max_steps_text: Option<Arc<str>>,
     state: Mutex<State>,
 }
 
-/// Checks an int option as the reference does: an `int` (not a `bool`), at least `minimum`.
-/// Compared in Python, so huge values get the same message rather than an overflow.
-fn check_int(name: &str, value: &Bound<'_, PyAny>, minimum: i64) -> PyResult<()> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, not {}",
-            value.get_type().name()?
-        )));
-    }
-    if value.lt(minimum)? {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be at least {minimum}, got {}",
-            formatted(value)?
-        )));
-    }
-    Ok(())
-}
-
-/// `f"{value}"`, as the reference's messages write numbers.
-fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
-    value.call_method1("__format__", ("",))?.extract::<String>()
-}
-
-/// Validates the numbers in the reference's order and with its messages, then converts them.
+/// Validates the numbers with the reference's own `check_limits` (one source of the rules
+/// and messages), then converts them.
 fn limits_arg<'py>(
     py: Python<'py>,
     window: Option<&Bound<'py, PyAny>>,
@@ -465,54 +363,63 @@ fn limits_arg<'py>(
     stop_at: Option<&Bound<'py, PyAny>>,
     max_steps: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Limits> {
-    // `None` means the default, as in the reference.
-    let or_default = |value: Option<&Bound<'py, PyAny>>, default: i64| -> Bound<'py, PyAny> {
-        match value {
-            Some(v) if !v.is_none() => v.clone(),
-            _ => default
-                .into_pyobject(py)
-                .map_or_else(|e| match e {}, |v| v.into_any()),
+    let none = py.None().into_bound(py);
+    let arg = |value: Option<&Bound<'py, PyAny>>| value.cloned().unwrap_or_else(|| none.clone());
+    let (window, nudge_at, stop_at, max_steps) =
+        (arg(window), arg(nudge_at), arg(stop_at), arg(max_steps));
+    guard_helpers(py)?
+        .check_limits
+        .bind(py)
+        .call1((&window, &nudge_at, &stop_at, &max_steps))?;
+    let number = |value: &Bound<'py, PyAny>, default: usize| -> PyResult<usize> {
+        if value.is_none() {
+            return Ok(default);
         }
+        // Past the checks, a window beyond a C ssize_t is an OverflowError, as for the
+        // reference's deque; nudge_at and stop_at are at most window + 1, so they fit too.
+        Ok(value.extract::<isize>()?.unsigned_abs())
     };
-    let (window, nudge_at, stop_at) = (
-        or_default(window, 12),
-        or_default(nudge_at, 2),
-        or_default(stop_at, 3),
-    );
-    check_int("window", &window, 1)?;
-    check_int("nudge_at", &nudge_at, 2)?;
-    check_int("stop_at", &stop_at, 2)?;
-    if stop_at.lt(&nudge_at)? {
-        return Err(PyValueError::new_err(format!(
-            "stop_at ({}) must not be less than nudge_at ({})",
-            formatted(&stop_at)?,
-            formatted(&nudge_at)?
-        )));
-    }
-    let most = window.add(1)?;
-    if stop_at.gt(&most)? {
-        let window = formatted(&window)?;
-        return Err(PyValueError::new_err(format!(
-            "stop_at ({}) can never be reached with window={window}: a window of {window} \
-             holds at most {} occurrences, this one included",
-            formatted(&stop_at)?,
-            formatted(&most)?
-        )));
-    }
-    let max_steps = match max_steps {
-        Some(m) if !m.is_none() => {
-            check_int("max_steps", m, 1)?;
-            // Beyond 2^64 steps is no budget at all.
-            Some(m.extract::<u64>().unwrap_or(u64::MAX))
-        }
-        _ => None,
+    let window = number(&window, 12)?;
+    let nudge_at = number(&nudge_at, 2)?.try_into().unwrap_or(u32::MAX);
+    let stop_at = number(&stop_at, 3)?.try_into().unwrap_or(u32::MAX);
+    // Beyond 2^64 steps is no budget at all.
+    let max_steps = (!max_steps.is_none()).then(|| max_steps.extract::<u64>().unwrap_or(u64::MAX));
+    Ok(Limits {
+        window,
+        nudge_at,
+        stop_at,
+        max_steps,
+    })
+}
+
+/// `f"{value}"`, as the reference's messages write numbers.
+fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    value.call_method1("__format__", ("",))?.extract::<String>()
+}
+
+/// A tool spec from the reference's `ToolPolicy` object.
+fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
+    let kind: Option<String> = policy.getattr("kind")?.extract()?;
+    let policy_kind = match kind.as_deref() {
+        None => None,
+        Some(name) => Some(
+            Policy::parse(name)
+                .ok_or_else(|| PyValueError::new_err(format!("unknown policy {name:?}")))?,
+        ),
     };
-    // Past the checks, a window beyond a C ssize_t is an OverflowError, as for the
-    // reference's deque; nudge_at and stop_at are at most window + 1, so they fit too.
-    let window: usize = window.extract::<isize>()?.unsigned_abs();
-    let nudge_at: u32 = nudge_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
-    let stop_at: u32 = stop_at.extract::<usize>()?.try_into().unwrap_or(u32::MAX);
-    Limits::new(window, nudge_at, stop_at, max_steps).map_err(PyValueError::new_err)
+    // Any number of polls the reference accepts; more than 2^32 is as good as no limit.
+    let max_polls = policy
+        .getattr("max_polls")?
+        .extract::<u32>()
+        .unwrap_or(u32::MAX);
+    let whitespace: String = policy.getattr("whitespace")?.extract()?;
+    let source: String = policy.getattr("source")?.extract()?;
+    Ok(ToolSpec {
+        rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
+        keep_whitespace: whitespace == "keep",
+        cacheable: policy_kind == Some(Policy::Read) && source == "declared",
+        policy: policy.unbind(),
+    })
 }
 
 impl Guard {
@@ -524,70 +431,62 @@ impl Guard {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn spec_of(&self, name_bytes: &[u8]) -> Option<&ToolSpec> {
-        if self.tools.is_empty() {
-            return None;
-        }
-        self.tools.get(name_bytes)
-    }
-
-    /// A result's digest and whether it is empty, as the reference's `result_value`,
-    /// `result_digest` and `is_empty_result` say. Plain strs, lists, dicts and None are
-    /// judged here; anything else is handed to those helpers.
-    fn describe_result(
+    /// The policy of a tool: declared, else inferred (once per tool name, by the reference's
+    /// `infer_policy`), else none.
+    fn spec_of(
         &self,
         py: Python<'_>,
-        spec: Option<&ToolSpec>,
-        result: &Bound<'_, PyAny>,
-    ) -> PyResult<(Key, bool)> {
-        let helpers = guard_helpers(py)?;
-        let plain = result.is_none()
-            || result.is_exact_instance_of::<PyString>()
-            || result.is_exact_instance_of::<PyList>()
-            || result.is_exact_instance_of::<PyDict>();
-        if !plain {
-            let value = helpers.result_value.bind(py).call1((result,))?;
-            let digest: String = helpers.result_digest.bind(py).call1((&value,))?.extract()?;
-            let policy = match spec {
-                Some(spec) => spec.policy.bind(py).clone(),
-                None => py.None().into_bound(py),
-            };
-            let empty: bool = helpers
-                .is_empty_result
-                .bind(py)
-                .call1((&value, &digest, policy))?
-                .extract()?;
-            return Ok((parse_digest(&digest)?, empty));
-        }
-        // Interned once: a new str each call would cost as much as a small result's key.
-        let result_name = pyo3::intern!(py, "result").as_any();
-        let digest = match canonical_key(py, result_name, result, &self.default_volatile) {
-            Ok(key) => key,
-            // What cannot be keyed is keyed by its repr, as the reference's `result_digest`
-            // does; done here rather than by calling it, which would key the result again and
-            // run its callbacks twice.
-            Err(err)
-                if err.is_instance_of::<PyTypeError>(py)
-                    || err.is_instance_of::<PyValueError>(py)
-                    || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py) =>
-            {
-                let repr = result.repr()?;
-                canonical_key(py, result_name, repr.as_any(), &self.default_volatile)?
+        name: &Bound<'_, PyString>,
+        name_bytes: &[u8],
+    ) -> PyResult<Option<Arc<ToolSpec>>> {
+        if !self.tools.is_empty() {
+            if let Some(spec) = self.tools.get(name_bytes) {
+                return Ok(Some(spec.clone()));
             }
-            Err(err) => return Err(err),
+        }
+        if !self.infer {
+            return Ok(None);
+        }
+        let lock = || {
+            self.inferred
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
         };
-        let empty = match spec {
-            Some(spec) if spec.empty_answers => false,
-            Some(spec) if spec.empty_digests.contains(&digest) => true,
-            _ if result.is_none() => true,
-            _ => match result.cast::<PyString>() {
-                Ok(text) => text_of(text)?
-                    .code_points()
-                    .all(canon::is_python_whitespace),
-                Err(_) => result.len()? == 0,
-            },
+        if let Some(known) = lock().get(name_bytes) {
+            return Ok(known.clone());
+        }
+        // Inferred with no lock held: this runs Python code.
+        let policy = guard_helpers(py)?
+            .infer_policy
+            .bind(py)
+            .call1((name, self.definitions.bind(py)))?;
+        let spec = if policy.is_none() {
+            None
+        } else {
+            Some(Arc::new(spec_of_policy(policy)?))
         };
-        Ok((digest, empty))
+        let mut inferred = lock();
+        if inferred.len() < INFERRED_TOOLS {
+            inferred.insert(name_bytes.into(), spec.clone());
+        }
+        Ok(spec)
+    }
+
+    /// The key of a call of a tool whose string arguments keep their whitespace, by the
+    /// reference's `verbatim_key` (these are the editing tools' calls, whose time goes to
+    /// the edit; the native walker collapses as it writes).
+    fn verbatim_key(
+        &self,
+        py: Python<'_>,
+        helper: &Py<PyAny>,
+        name: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+    ) -> PyResult<Key> {
+        let hex: String = helper
+            .bind(py)
+            .call1((name, args, self.volatile.set(py)))?
+            .extract()?;
+        parse_digest(&hex)
     }
 
     /// Validates and keys one call; raises before anything changes.
@@ -599,15 +498,21 @@ impl Guard {
         call_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Prepared<'py>> {
         let call_id = call_id_arg(call_id)?;
-        let key = canonical_key(py, name, args, &self.volatile)?;
-        let name = exact_str(name.cast::<PyString>()?)?;
-        let name_bytes = name_bytes(&name)?;
-        let rule = self.spec_of(&name_bytes).map(|s| s.rule);
+        let exact = exact_str(crate::py_canon::check_name(name)?)?;
+        let name_bytes = name_bytes(&exact)?;
+        let spec = self.spec_of(py, &exact, &name_bytes)?;
+        let key = match &spec {
+            Some(s) if s.keep_whitespace => {
+                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key, name, args)?
+            }
+            _ => canonical_key(py, name, args, &self.volatile)?,
+        };
         Ok(Prepared {
-            name,
+            name: exact,
             name_bytes,
             key,
-            rule,
+            rule: spec.as_ref().and_then(|s| s.rule),
+            cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
             call_id,
             invalid_arguments: None,
         })
@@ -623,7 +528,21 @@ impl Guard {
         call_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Prepared<'py>> {
         let call_id = call_id_arg(call_id)?;
-        let (key, invalid_arguments) = match json_key(py, name, text, &self.volatile) {
+        let spec = match name.cast::<PyString>() {
+            Ok(name) => {
+                let exact = exact_str(name)?;
+                let bytes = name_bytes(&exact)?;
+                self.spec_of(py, &exact, &bytes)?
+            }
+            Err(_) => None,
+        };
+        let keyed = match &spec {
+            Some(s) if s.keep_whitespace => {
+                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, text)
+            }
+            _ => json_key(py, name, text, &self.volatile),
+        };
+        let (key, invalid_arguments) = match keyed {
             Ok(key) => (key, None),
             Err(err) if err.is_instance_of::<PyValueError>(py) => (
                 invalid_json_key(py, name, text)?,
@@ -633,12 +552,12 @@ impl Guard {
         };
         let name = exact_str(name.cast::<PyString>()?)?;
         let name_bytes = name_bytes(&name)?;
-        let rule = self.spec_of(&name_bytes).map(|s| s.rule);
         Ok(Prepared {
             name,
             name_bytes,
             key,
-            rule,
+            rule: spec.as_ref().and_then(|s| s.rule),
+            cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
             call_id,
             invalid_arguments,
         })
@@ -669,25 +588,32 @@ impl Guard {
             name_bytes,
             key,
             rule,
+            cacheable,
             call_id,
             invalid_arguments,
         } = call;
         let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
         let policy = rule.map(|r| r.policy);
-        if let Some(known) = state.recall(call_id.map(|c| &*c.bytes)) {
+        if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
             return known.duplicate(py);
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
         let decision: Decision = state.decide(&self.limits, key, tool, rule);
+        let error = |digest: &Key| match state.error_text(*digest) {
+            Some(text) => text.clone_ref(py),
+            None => PyString::new(py, "").unbind(),
+        };
         let detail = match &decision.detail {
             Detail::Plain => VerdictDetail::Plain,
             Detail::Unchanged => VerdictDetail::Unchanged,
+            Detail::Failed(digest, n) => VerdictDetail::Failed(error(digest), *n),
+            Detail::Errors(n, digest) => VerdictDetail::Errors(*n, error(digest)),
             Detail::Empty(n, ids) => VerdictDetail::Empty(*n, names_of(py, state, ids)),
             Detail::PollLimit(n) => VerdictDetail::PollLimit(*n),
             Detail::Cycle(ids, writes) => VerdictDetail::Cycle(names_of(py, state, ids), *writes),
         };
         let cached = state
-            .cached(&decision, policy, key)
+            .cached(&decision, *cacheable, key)
             .map(|r| r.clone_ref(py));
         let verdict = Verdict {
             action: decision.action,
@@ -758,7 +684,7 @@ fn exact_str<'py>(text: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyString>>
 }
 
 fn parse_digest(hex: &str) -> PyResult<Key> {
-    crate::key::parse_key_hex(hex).ok_or_else(|| PyValueError::new_err("malformed result digest"))
+    crate::key::parse_key_hex(hex).ok_or_else(|| PyValueError::new_err("malformed digest"))
 }
 
 fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
@@ -781,7 +707,8 @@ fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
 #[pymethods]
 impl Guard {
     #[new]
-    #[pyo3(signature = (*, window = None, nudge_at = None, stop_at = None, volatile_keys = None, max_steps = None, tools = None))]
+    #[pyo3(signature = (*, window = None, nudge_at = None, stop_at = None, volatile_keys = None, max_steps = None, tools = None, infer = None, definitions = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         window: Option<&Bound<'_, PyAny>>,
@@ -790,6 +717,8 @@ impl Guard {
         volatile_keys: Option<&Bound<'_, PyAny>>,
         max_steps: Option<&Bound<'_, PyAny>>,
         tools: Option<&Bound<'_, PyAny>>,
+        infer: Option<&Bound<'_, PyAny>>,
+        definitions: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Guard> {
         let limits = limits_arg(py, window, nudge_at, stop_at, max_steps)?;
         let max_steps_text = match max_steps {
@@ -797,14 +726,34 @@ impl Guard {
             _ => None,
         };
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-        let default_volatile = VolatileKeys::from_arg(py, None)?;
         let (tools, tools_repr) = tools_arg(py, tools)?;
+        // None means the default (True), as for the other options.
+        let yes = PyBool::new(py, true).to_owned().into_any();
+        let infer = infer.filter(|i| !i.is_none()).unwrap_or(&yes);
+        let infer = infer.cast::<PyBool>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "infer must be a bool, not {}",
+                infer
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let none = py.None().into_bound(py);
+        let definitions = guard_helpers(py)?
+            .check_definitions
+            .bind(py)
+            .call1((definitions.unwrap_or(&none),))?
+            .unbind();
         Ok(Guard {
             limits,
             volatile,
-            default_volatile,
             tools,
             tools_repr,
+            infer: infer.is_true(),
+            definitions,
+            inferred: Mutex::new(NameMap::default()),
             max_steps_text,
             state: Mutex::new(State::default()),
         })
@@ -875,7 +824,7 @@ impl Guard {
             for (index, call) in prepared.iter().enumerate() {
                 let earlier = first_of_key.get(&call.key).copied();
                 let call_id = call.call_id.as_ref();
-                let retried = call_id.is_some_and(|c| state.knows_call_id(&c.bytes));
+                let retried = call_id.is_some_and(|c| state.retried(&c.bytes, call.key));
                 match earlier {
                     Some(first) if !retried => {
                         let copy = verdicts[first].copy(
@@ -884,7 +833,9 @@ impl Guard {
                             Some(first),
                         );
                         if let Some(c) = call_id {
-                            state.remember(&c.bytes, copy.duplicate(py), &mut released);
+                            let step = copy.step;
+                            let remembered = copy.duplicate(py);
+                            state.remember(&c.bytes, call.key, step, remembered, &mut released);
                         }
                         verdicts.push(copy);
                     }
@@ -903,7 +854,7 @@ impl Guard {
         Ok(PyList::new(py, verdicts)?.unbind())
     }
 
-    /// Remembers the result of an allowed call to a `read` tool.
+    /// Remembers the result of an allowed call to a tool declared `read`.
     #[pyo3(signature = (verdict, result, /))]
     fn record(
         &self,
@@ -916,7 +867,7 @@ impl Guard {
             return Ok(());
         }
         let tool = name_bytes(verdict.tool.bind(py))?;
-        if self.spec_of(&tool).map(|s| s.rule.policy) != Some(Policy::Read) {
+        if !self.tools.get(&*tool).is_some_and(|s| s.cacheable) {
             return Ok(());
         }
         let released = self
@@ -927,22 +878,87 @@ impl Guard {
     }
 
     /// Tells the guard what an allowed call returned (see the reference's `observe`).
-    #[pyo3(signature = (verdict, result, /))]
+    #[pyo3(signature = (verdict, result, /, *, error = None, transient = None))]
     fn observe(
         &self,
         py: Python<'_>,
         verdict: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
+        error: Option<&Bound<'_, PyAny>>,
+        transient: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let verdict = verdict_arg("observe", verdict)?;
+        let none = py.None().into_bound(py);
+        let transient = transient.unwrap_or(&none);
+        if !transient.is_none() && !transient.is_instance_of::<PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "transient must be a bool or None, not {}",
+                transient.get_type().name()?
+            )));
+        }
         if verdict.action != Action::Allow {
             return Ok(());
         }
-        let tool = name_bytes(verdict.tool.bind(py))?;
-        let (digest, empty) = self.describe_result(py, self.spec_of(&tool), result)?;
-        self.lock()
-            .observe(verdict.step, verdict.key, digest, empty);
+        let tool = verdict.tool.bind(py);
+        let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
+        let policy = match &spec {
+            Some(spec) => spec.policy.bind(py).clone(),
+            None => none.clone(),
+        };
+        // What the result means is the reference's to say (one source): its digest, whether
+        // it is empty, whether it failed (and how, transiently or not), and the error's text.
+        let described = guard_helpers(py)?.describe_result.bind(py).call1((
+            result,
+            error.unwrap_or(&none),
+            transient,
+            policy,
+        ))?;
+        let (digest, empty, failed, transient, text): (
+            Option<String>,
+            bool,
+            bool,
+            bool,
+            Option<Py<PyString>>,
+        ) = described.extract()?;
+        let outcome = Outcome {
+            result: digest.as_deref().map(parse_digest).transpose()?,
+            empty,
+            failed,
+            transient,
+            error: text,
+        };
+        let call_id = match &verdict.call_id {
+            Some(id) => Some(wtf8_of(id.bind(py))?),
+            None => None,
+        };
+        let released = self
+            .lock()
+            .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
+        drop(released);
         Ok(())
+    }
+
+    /// A human message arrived (see the reference's `user_message`).
+    fn user_message(&self) {
+        self.lock().user_message();
+    }
+
+    /// The policy the guard uses for a tool, and where it comes from.
+    #[pyo3(signature = (name, /))]
+    fn policy_of<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let name = exact_str(crate::py_canon::check_name(name)?)?;
+        let spec = self.spec_of(py, &name, &name_bytes(&name)?)?;
+        Ok(match spec {
+            Some(spec) => (
+                spec.policy.bind(py).getattr("kind")?,
+                spec.policy.bind(py).getattr("source")?,
+            ),
+            None => (py.None().into_bound(py), py.None().into_bound(py)),
+        })
     }
 
     /// Forgets the run: window, steps, stop, call ids and cached results.
@@ -972,8 +988,10 @@ impl Guard {
 
     fn __repr__(&self) -> String {
         let max_steps = self.max_steps_text.as_deref().unwrap_or("None");
+        let infer = if self.infer { "True" } else { "False" };
         format!(
-            "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, steps={})",
+            "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, \
+             infer={infer}, steps={})",
             self.limits.window,
             self.limits.nudge_at,
             self.limits.stop_at,
@@ -983,7 +1001,7 @@ impl Guard {
     }
 }
 
-/// Validates `tools=` with the reference's own `_check_tools` (one set of rules and
+/// Validates `tools=` with the reference's own `check_tools` (one set of rules and
 /// messages), and takes the policies it returns; also their repr.
 fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolSpecs, String)> {
     let mut specs = NameMap::default();
@@ -998,27 +1016,10 @@ fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(Tool
         .extract()?;
     for (name, policy) in checked.iter() {
         let name = name.cast_into::<PyString>()?;
-        let kind: String = policy.getattr("kind")?.extract()?;
-        let Some(kind) = Policy::parse(&kind) else {
-            return Err(PyValueError::new_err(format!("unknown policy {kind:?}")));
-        };
-        let mut empty_digests = Vec::new();
-        for digest in policy.getattr("empty_digests")?.try_iter()? {
-            empty_digests.push(parse_digest(&digest?.extract::<String>()?)?);
-        }
-        // Any number of polls the reference accepts; more than 2^32 is as good as no limit.
-        let max_polls = policy.getattr("max_polls")?;
-        let max_polls = max_polls.extract::<u32>().unwrap_or(u32::MAX);
-        let spec = ToolSpec {
-            rule: ToolRule {
-                policy: kind,
-                max_polls,
-            },
-            empty_answers: policy.getattr("empty_answers")?.extract()?,
-            empty_digests,
-            policy: policy.unbind(),
-        };
-        specs.insert(wtf8_of(&name)?.into_boxed_slice(), spec);
+        specs.insert(
+            wtf8_of(&name)?.into_boxed_slice(),
+            Arc::new(spec_of_policy(policy)?),
+        );
     }
     Ok((specs, shown))
 }

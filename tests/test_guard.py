@@ -309,13 +309,21 @@ def test_new_call_id_is_counted(tw: ModuleType) -> None:
     assert third.call_id == "c3"
 
 
-def test_call_id_retry_is_keyed_by_id_not_by_call(tw: ModuleType) -> None:
+def test_call_id_retry_is_the_same_id_and_the_same_call(tw: ModuleType) -> None:
     guard = tw.Guard()
     first = guard.check("get_logs", {"service": "checkout"}, call_id="c1")
-    # A retried delivery gets its first answer, whatever it carries.
-    other = guard.check("issue_refund", {"order": 1}, call_id="c1")
-    assert fields(other) == fields(first)
+    # A retried delivery (the same id and the same call) gets its first answer.
+    again = guard.check("get_logs", {"service": "checkout "}, call_id="c1")
+    assert fields(again) == fields(first)
     assert guard.steps == 1
+    # Providers reuse ids across turns: the same id on another call is a new call, counted.
+    other = guard.check("issue_refund", {"order": 1}, call_id="c1")
+    assert (other.tool, other.step, other.action) == ("issue_refund", 2, "allow")
+    assert guard.steps == 2
+    # ... and the id now answers for that call.
+    assert fields(guard.check("issue_refund", {"order": 1}, call_id="c1")) == fields(other)
+    repeat = guard.check("get_logs", {"service": "checkout"}, call_id="c1")
+    assert (repeat.step, repeat.repeats, repeat.action) == (3, 2, "nudge")
 
 
 def test_call_id_retry_after_stop_gets_its_first_answer(tw: ModuleType) -> None:
@@ -840,13 +848,15 @@ def test_guard_repr_shows_configuration(tw: ModuleType) -> None:
     )
     assert repr(guard) == (
         "Guard(window=5, nudge_at=2, stop_at=4, max_steps=10, "
-        "tools={'get_logs': 'read', 'issue_refund': 'write'}, steps=0)"
+        "tools={'get_logs': 'read', 'issue_refund': 'write'}, infer=True, steps=0)"
     )
     distinct(guard, 2)
     assert repr(guard).endswith("steps=2)")
     assert repr(tw.Guard()) == (
-        "Guard(window=12, nudge_at=2, stop_at=3, max_steps=None, tools={}, steps=0)"
+        "Guard(window=12, nudge_at=2, stop_at=3, max_steps=None, tools={}, infer=True, steps=0)"
     )
+    # Whether undeclared tools get an inferred policy (issue 16) is configuration too.
+    assert "tools={}, infer=False, steps=0)" in repr(tw.Guard(infer=False))
 
 
 def test_len_steps_and_keys(tw: ModuleType) -> None:
@@ -940,7 +950,7 @@ def test_failed_check_changes_nothing(tw: ModuleType, bad: Any, error: type) -> 
     assert state(guard) == before
     assert repr(guard) == text
     # The call ids and the cache are as they were.
-    assert fields(guard.check("other", {}, call_id="c1")) == fields(remembered)
+    assert fields(guard.check("list_services", {}, call_id="c1")) == fields(remembered)
     assert guard.steps == before["steps"]
     again = guard.check("get_logs", {"service": "checkout"})
     assert (again.action, again.repeats, again.step) == ("allow", 2, before["steps"] + 1)

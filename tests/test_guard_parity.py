@@ -33,7 +33,10 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason=NO_NATIVE)
 # tools and few arguments, so that repeats are common. Non-ASCII names and a lone surrogate
 # (legal in a str) test the native policy lookup.
 POLICY_TOOLS = ("get_logs", "deploy", "build_status", "récupérer", "bad\ud800tool")
-TOOL_NAMES = (*POLICY_TOOLS, "list_services")
+# Tools whose policy is inferred (issue 16): a code-editing tool whose arguments keep their
+# whitespace, a shell (no policy), a write and a read by their verbs, one no rule knows.
+INFERRED_TOOLS = ("Edit", "Bash", "cancel_order", "list_services", "think")
+TOOL_NAMES = (*POLICY_TOOLS, *INFERRED_TOOLS)
 
 # Policies by name, and as settings (issue #6): polls with small limits, so that they are
 # reached, and a read whose "No results" counts as empty.
@@ -58,6 +61,18 @@ configs = st.fixed_dictionaries(
             optional={tool: policies for tool in POLICY_TOOLS[1:]},
         ),
         "volatile_keys": st.sampled_from((None, frozenset({"session"}), ("request_id",))),
+        "infer": st.sampled_from((None, True, False)),
+        # Definitions whose MCP annotations say what "think" and "deploy" do.
+        "definitions": st.sampled_from(
+            (
+                None,
+                [{"name": "think", "annotations": {"readOnlyHint": True}}],
+                [
+                    {"name": "think", "annotations": {"destructiveHint": True}},
+                    {"type": "function", "function": {"name": "deploy"}},
+                ],
+            )
+        ),
     }
 )
 
@@ -178,6 +193,20 @@ OBSERVED: tuple[Any, ...] = (
     {"content": [{"type": "text", "text": "ok"}], "isError": False},
 )
 
+# Failures as harnesses report them (issue 16): ``(result, error, transient)`` for observe.
+FAILURES: tuple[tuple[Any, Any, Any], ...] = (
+    ("Error: 503 Service Unavailable", None, None),
+    ("Error: payment amount does not add up", None, None),
+    ({"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True}, None, None),
+    ({"content": [{"type": "text", "text": "rate limit"}], "isError": True}, None, None),
+    ({"role": "tool", "tool_call_id": "c1", "content": "nope", "status": "error"}, None, None),
+    ("anything", "ValueError: no such order", None),
+    ("anything", TimeoutError("read timed out"), None),
+    ("503 from the proxy", True, False),
+    ("the same words", True, True),
+    ("Error: looks like one", False, None),
+)
+
 # What a verdict's message says about observed results (issue #6), for the statistics.
 MESSAGE_DETAILS = (
     ("has not changed", "result unchanged"),
@@ -185,6 +214,7 @@ MESSAGE_DETAILS = (
     ("returned nothing", "run of empty results"),
     ("same cycle", "cycle"),
     ("was polled", "poll limit"),
+    ("failed with", "failure named"),
 )
 
 # Calls that must fail in both backends and change nothing.
@@ -203,6 +233,7 @@ BAD_CALLS: dict[str, Any] = {
     "record-not-a-verdict": lambda g: g.record({"action": "allow"}, ["x"]),
     "observe-not-a-verdict": lambda g: g.observe({"action": "allow"}, ["x"]),
     "observe-none": lambda g: g.observe(None, []),
+    "policy-of-int": lambda g: g.policy_of(3),
 }
 
 
@@ -423,6 +454,67 @@ class GuardParity(RuleBasedStateMachine):
                 lambda g, i=i, call_id=call_id: g.check("deploy", {"n": i}, call_id=call_id)
             )
             self.agree(native, reference, ("deploy", {"n": i}))
+
+    @precondition(lambda self: self.pairs)
+    @rule(data=st.data(), failure=st.sampled_from(FAILURES))
+    def observe_failure(self, data: st.DataObject, failure: tuple[Any, Any, Any]) -> None:
+        """A call that failed, as the harness says it (issue 16): flagged in the result,
+        said with ``error=``, transient or not."""
+        last = len(self.pairs) - 1
+        index = data.draw(st.integers(max(0, last - 2), last))
+        native, reference = self.pairs[index]
+        result, error, transient = failure
+        assert outcome(
+            lambda: self.native.observe(native, result, error=error, transient=transient)
+        ) == outcome(
+            lambda: self.reference.observe(reference, result, error=error, transient=transient)
+        )
+
+    @precondition(lambda self: self.pairs)
+    @rule(
+        failures=st.lists(st.sampled_from(FAILURES), min_size=1, max_size=5),
+        end=st.sampled_from(OBSERVED),
+        reworded=st.booleans(),
+    )
+    def retry(self, failures: list[tuple[Any, Any, Any]], end: Any, reworded: bool) -> None:
+        """The latest call's tool tried again after failures, as the same call (a retry:
+        transient failures are not repeats) or reworded (one error across varied
+        arguments), and finally observed with ``end``."""
+        name = self.pairs[-1][1].tool
+        for attempt, (result, error, transient) in enumerate(failures):
+            args = {"order": f"#W{attempt if reworded else 0}", "amount": 10}
+            native, reference = self.both(lambda g, args=args: g.check(name, args))
+            self.agree(native, reference, (name, args))
+            self.native.observe(native, result, error=error, transient=transient)
+            self.reference.observe(reference, result, error=error, transient=transient)
+        args = {"order": "#W0", "amount": 10}
+        self.check_and_observe(name, args, end)
+
+    @rule()
+    def user_message(self) -> None:
+        """A human message arrived (issue 16)."""
+        self.native.user_message()
+        self.reference.user_message()
+
+    @rule(name=st.sampled_from((*TOOL_NAMES, "Write", "replace", "getUserInfo", "x")))
+    def policy_of(self, name: str) -> None:
+        assert self.native.policy_of(name) == self.reference.policy_of(name)
+
+    @rule(
+        old=st.sampled_from(("a  b", "a b", "a\n b", "a\r\nb")),
+        json_text=st.booleans(),
+        call_id=call_ids,
+    )
+    def edit(self, old: str, json_text: bool, call_id: str | None) -> None:
+        """A code edit: its whitespace is part of the key (issue 16)."""
+        args = {"file_path": "app.py", "old_string": old, "new_string": "x"}
+        if json_text:
+            text = json.dumps(args)
+            native, reference = self.both(lambda g: g.check_json("Edit", text, call_id=call_id))
+            self.agree(native, reference, None)
+        else:
+            native, reference = self.both(lambda g: g.check("Edit", args, call_id=call_id))
+            self.agree(native, reference, ("Edit", args))
 
     @rule(kind=st.sampled_from(sorted(BAD_CALLS)))
     def bad_call(self, kind: str) -> None:

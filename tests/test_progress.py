@@ -277,17 +277,36 @@ def test_scenario_verdicts_agree(scenario: dict[str, Any], progress: bool) -> No
 # -- messages -------------------------------------------------------------------------------
 
 NUDGE_UNCHANGED = (
-    "This is the second identical call to get_logs with the same arguments, and the result "
+    "This is the third identical call to get_logs with the same arguments, and the result "
     "has not changed. Do not repeat it. Either use different arguments, use a different "
     "tool, or report what you have so far."
 )
 STOP_UNCHANGED = (
-    "Stopped (loop_detected): get_logs was called 3 times with the same arguments and the "
+    "Stopped (loop_detected): get_logs was called 4 times with the same arguments and the "
     "same result within the last 12 calls."
 )
 
 
 def test_unchanged_result_messages_say_so(tw: ModuleType) -> None:
+    # "The result has not changed" once two equal results were seen (issue 16): with
+    # nudge_at=3 the second call runs, and its result is the first's.
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"get_logs": "read"})
+    ran = []
+    for step in (4, 5):
+        verdict = guard.check("get_logs", get_logs_args(step))
+        guard.observe(verdict, [])
+        ran.append(verdict.action)
+    nudge = guard.check("get_logs", get_logs_args(6))
+    stop = guard.check("get_logs", get_logs_args(7))
+    assert (*ran, nudge.action, stop.action) == ("allow", "allow", "nudge", "stop")
+    assert (nudge.repeats, stop.repeats, stop.reason) == (3, 4, "loop_detected")
+    assert nudge.message == NUDGE_UNCHANGED
+    assert stop.message == STOP_UNCHANGED
+
+
+def test_one_observed_result_is_not_said_to_be_unchanged(tw: ModuleType) -> None:
+    # One result seen, the repeat refused unseen: nothing is known to be unchanged, so the
+    # messages are the seed's (issue 16: the messages tell the truth).
     guard = tw.Guard(tools={"get_logs": "read"})
     first = guard.check("get_logs", get_logs_args(4))
     guard.observe(first, [])
@@ -295,8 +314,8 @@ def test_unchanged_result_messages_say_so(tw: ModuleType) -> None:
     stop = guard.check("get_logs", get_logs_args(6))
     assert (first.action, nudge.action, stop.action) == ("allow", "nudge", "stop")
     assert (nudge.repeats, stop.repeats, stop.reason) == (2, 3, "loop_detected")
-    assert nudge.message == NUDGE_UNCHANGED
-    assert stop.message == STOP_UNCHANGED
+    assert nudge.message == HASH_NUDGE.format(tool="get_logs")
+    assert stop.message == HASH_STOP.format(tool="get_logs", repeats=3)
 
 
 def test_without_observe_the_messages_are_the_seeds(tw: ModuleType) -> None:
@@ -311,7 +330,9 @@ def test_without_observe_the_messages_are_the_seeds(tw: ModuleType) -> None:
 
 def test_a_changed_result_is_progress(tw: ModuleType) -> None:
     # With nudge_at=3 a second identical call runs, so its result can be seen to change.
-    guard = tw.Guard(nudge_at=3, stop_at=4)
+    # (Declared: undeclared, "job_status" has no policy, and its repeats would be run and
+    # judged with the thresholds one higher; issue 16.)
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"job_status": "volatile"})
     for status in ("queued", "running", "running"):
         verdict = guard.check("job_status", {"job": "j-1"})
         assert verdict.action == "allow"
@@ -335,7 +356,7 @@ def test_a_changed_result_resets_the_count(tw: ModuleType) -> None:
 
 
 def test_unchanged_results_count_as_repeats(tw: ModuleType) -> None:
-    guard = tw.Guard(nudge_at=3, stop_at=4)
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"job_status": "volatile"})
     actions = []
     for _ in range(4):
         verdict = guard.check("job_status", {"job": "j-1"})
@@ -383,16 +404,65 @@ def test_a_write_in_between_resets_even_an_unchanged_read(tw: ModuleType) -> Non
         guard.observe(write, "wrote 1 byte")
 
 
-@pytest.mark.parametrize("between", ["unknown", "read", "volatile"])
+@pytest.mark.parametrize("between", ["inferred-read", "read", "volatile"])
 def test_only_a_write_is_progress(tw: ModuleType, between: str) -> None:
     tools = {"status": "read", "lookup": "read", "clock": "volatile"}
     guard = tw.Guard(tools=tools)
     guard.observe(guard.check("status", {"service": "checkout"}), {"version": "1.4.1"})
-    tool = {"unknown": "search_docs", "read": "lookup", "volatile": "clock"}[between]
+    # search_docs is undeclared: a read by its name's verb (issue 16).
+    tool = {"inferred-read": "search_docs", "read": "lookup", "volatile": "clock"}[between]
     guard.observe(guard.check(tool, {"q": 1}), [1])
     again = guard.check("status", {"service": "checkout"})
     assert (again.action, again.repeats) == ("nudge", 2)
-    assert again.message is not None and "the result has not changed" in again.message
+    # One result seen: the message does not claim it is unchanged (issue 16).
+    assert again.message == HASH_NUDGE.format(tool="status")
+
+
+def test_a_tool_of_unknown_kind_in_between_lets_the_repeat_run(tw: ModuleType) -> None:
+    # Issue 16: a tool with no policy (infer=False here; a shell command in real runs) may
+    # have changed the world, so the repeat after it is run and judged by its result: on
+    # real traces, `cat patch.txt` after a `sed -i` is a new question. It is still counted
+    # (no write ended the count), so with nothing between, the next repeat is refused, and
+    # having seen the same result, the guard says so.
+    guard = tw.Guard(tools={"status": "read"}, infer=False)
+    guard.observe(guard.check("status", {"service": "checkout"}), {"version": "1.4.1"})
+    guard.observe(guard.check("search_docs", {"q": 1}), [1])
+    again = guard.check("status", {"service": "checkout"})
+    assert (again.action, again.repeats, again.message) == ("allow", 2, None)
+    guard.observe(again, {"version": "1.4.1"})
+    nudge = guard.check("status", {"service": "checkout"})
+    # Counted since the first occurrence, across the possible change: one more, as for a
+    # tool that may change things itself (nudge before stop).
+    assert (nudge.action, nudge.repeats) == ("nudge", 3)
+    assert nudge.message is not None and "the result has not changed" in nudge.message
+    stop = guard.check("status", {"service": "checkout"})
+    assert (stop.action, stop.reason, stop.repeats) == ("stop", "loop_detected", 4)
+    assert stop.message == (
+        "Stopped (loop_detected): status was called 4 times with the same arguments and the "
+        "same result within the last 12 calls."
+    )
+
+
+def test_a_tool_of_unknown_kind_is_run_and_judged_by_its_result(tw: ModuleType) -> None:
+    # Issue 16: "job_status" has no policy (no known verb); each repeat may follow a change
+    # it made itself, so the thresholds move up by one: allow, allow, nudge at the third
+    # occurrence, stop at the fourth while the results stay the same.
+    guard = tw.Guard()
+    verdicts = []
+    for _ in range(4):
+        verdict = guard.check("job_status", {"job": "j-1"})
+        verdicts.append(verdict)
+        if verdict.action == "allow":
+            guard.observe(verdict, {"status": "queued"})
+    assert [(v.action, v.repeats, v.reason) for v in verdicts] == [
+        ("allow", 1, None),
+        ("allow", 2, None),
+        ("nudge", 3, None),
+        ("stop", 4, "loop_detected"),
+    ]
+    assert verdicts[2].message is not None
+    assert "third identical call" in verdicts[2].message
+    assert "the result has not changed" in verdicts[2].message
 
 
 def test_a_nudged_write_is_not_progress(tw: ModuleType) -> None:
@@ -406,13 +476,23 @@ def test_a_nudged_write_is_not_progress(tw: ModuleType) -> None:
 
 
 def test_a_repeated_write_is_still_a_repeat(tw: ModuleType) -> None:
+    # A write's own repeat, with nothing between, is refused unseen as the seed's is: a
+    # second identical refund is not run (issue 16 keeps this for declared and inferred
+    # writes; only tools with no policy get one more).
     guard = tw.Guard(tools={"write_file": "write"})
     args = {"path": "src/tax.py", "content": "def vat(x): ..."}
     first = guard.check("write_file", args)
     guard.observe(first, "wrote 15 bytes")
     again = guard.check("write_file", args)
     assert (again.action, again.repeats) == ("nudge", 2)
-    assert again.message is not None and "the result has not changed" in again.message
+    # One result seen: the message does not claim it has not changed.
+    assert again.message is not None and "has not changed" not in again.message
+    stop = guard.check("write_file", args)
+    assert (stop.action, stop.reason, stop.repeats) == ("stop", "loop_detected", 3)
+    # An inferred write is the same.
+    guard = tw.Guard()
+    guard.observe(guard.check("cancel_order", {"order": 7}), "cancelled")
+    assert guard.check("cancel_order", {"order": 7}).action == "nudge"
 
 
 # -- polls ----------------------------------------------------------------------------------
@@ -606,15 +686,20 @@ def test_a_write_cycle_needs_the_writes_results_to_repeat(tw: ModuleType) -> Non
     assert [v.action for v in verdicts] == ["allow"] * 9
 
 
-@pytest.mark.parametrize("edit_policy", ["write", None], ids=["write", "undeclared"])
+@pytest.mark.parametrize(
+    ("edit_policy", "infer"),
+    [("write", True), (None, True), (None, False)],
+    ids=["write", "inferred-write", "no-policy"],
+)
 def test_only_writes_let_the_reads_of_a_cycle_differ(
-    tw: ModuleType, edit_policy: str | None
+    tw: ModuleType, edit_policy: str | None, infer: bool
 ) -> None:
-    # The same edit, test, undo, test run; only when the edits are declared writes may the
-    # test runs' results differ between the laps. (nudge_at=4: the undeclared edits repeat
-    # their results, and would be nudged as repeats before a cycle could show.)
+    # The same edit, test, undo, test run; only when the edits are writes (declared, or
+    # inferred from the verb "edit": issue 16) may the test runs' results differ between the
+    # laps. (nudge_at=4: the edits with no policy repeat their results, and would be nudged
+    # as repeats before a cycle could show.)
     tools = {"run_tests": "read"} | ({"edit_file": edit_policy} if edit_policy else {})
-    guard = tw.Guard(nudge_at=4, stop_at=5, tools=tools)
+    guard = tw.Guard(nudge_at=4, stop_at=5, tools=tools, infer=infer)
     for i in range(4):
         args = _edit("0.20", "0.2") if i % 2 == 0 else _edit("0.2", "0.20")
         edit = guard.check("edit_file", args)
@@ -623,7 +708,7 @@ def test_only_writes_let_the_reads_of_a_cycle_differ(
         guard.observe(tests, TIMED_TESTS[i])
         assert (edit.action, tests.action) == ("allow", "allow")
     verdict = guard.check("edit_file", _edit("0.20", "0.2"))
-    if edit_policy == "write":
+    if infer:
         assert (verdict.action, verdict.reason) == ("stop", "no_progress")
     else:
         assert (verdict.action, verdict.reason, verdict.repeats) == ("allow", None, 3)
@@ -773,10 +858,12 @@ def test_empty_false_results_break_a_run(tw: ModuleType) -> None:
 
 
 def test_empty_false_still_sees_an_unchanged_repeat(tw: ModuleType) -> None:
-    guard = tw.Guard(tools=ANSWERS)
-    guard.observe(guard.check("get_logs", {"service": "checkout"}), [])
+    # nudge_at=3: two equal results must be seen before a message says so (issue 16).
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools=ANSWERS)
+    for _ in range(2):
+        guard.observe(guard.check("get_logs", {"service": "checkout"}), [])
     again = guard.check("get_logs", {"service": "checkout"})
-    assert (again.action, again.repeats) == ("nudge", 2)
+    assert (again.action, again.repeats) == ("nudge", 3)
     assert again.message is not None and "the result has not changed" in again.message
 
 
@@ -945,7 +1032,7 @@ def test_observe_after_the_call_left_the_window_is_ignored(tw: ModuleType) -> No
 
 
 def test_the_last_observation_counts(tw: ModuleType) -> None:
-    guard = tw.Guard(nudge_at=3, stop_at=4)
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"job_status": "volatile"})
     first = guard.check("job_status", {"job": "j"})
     guard.observe(first, "queued")
     second = guard.check("job_status", {"job": "j"})
@@ -965,10 +1052,14 @@ def test_observe_a_duplicate_within_a_turn(tw: ModuleType) -> None:
 
 
 def test_observe_a_check_json_verdict(tw: ModuleType) -> None:
-    guard = tw.Guard(tools={"get_logs": "read"})
+    # nudge_at=3: two equal results must be seen before a message says so (issue 16).
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"get_logs": "read"})
     first = guard.check_json("get_logs", '{"service": "checkout", "since": "15m"}')
     guard.observe(first, [])
+    second = guard.check_json("get_logs", '{"since":"15m","service":"checkout"}')
+    guard.observe(second, "[]")
     nudge = guard.check("get_logs", {"since": "15m", "service": "checkout"})
+    assert (first.action, second.action, nudge.action) == ("allow", "allow", "nudge")
     assert nudge.message is not None and "the result has not changed" in nudge.message
 
 
@@ -1002,8 +1093,9 @@ class BrokenDump:
 
 def _same_result(tw: ModuleType, first: Any, second: Any) -> bool:
     """Whether the guard takes two results as the same (a third identical call is nudged
-    when nudge_at=3 only if the second result equals the first)."""
-    guard = tw.Guard(nudge_at=3, stop_at=4)
+    when nudge_at=3 only if the second result equals the first). The tool is declared a read:
+    a tool of unknown kind would move the thresholds up by one (issue 16)."""
+    guard = tw.Guard(nudge_at=3, stop_at=4, tools={"call_tool": "read"})
     for result in (first, second):
         verdict = guard.check("call_tool", {"name": "lookup"})
         assert verdict.action == "allow"
@@ -1033,6 +1125,30 @@ SAME_RESULTS = [
     pytest.param(deep_args(), deep_args(), True, id="too-deep"),
     pytest.param(None, None, True, id="None"),
     pytest.param("a  b", "a b", True, id="whitespace-collapsed"),
+    # Results are compared as describe_result reads them (issue 16): JSON text as its value,
+    # harness envelopes unwrapped (their ids never count), an error flag kept.
+    pytest.param('{"rows": 3}', {"rows": 3}, True, id="json-text-vs-its-value"),
+    pytest.param('{"a":1,"b":2}', ' { "b": 2, "a": 1 }\n', True, id="json-text-respaced"),
+    pytest.param("[]", [], True, id="json-empty-list"),
+    pytest.param('"3 rows"', "3 rows", True, id="json-string-vs-text"),
+    pytest.param(
+        {"role": "tool", "tool_call_id": "c1", "content": "3 rows"},
+        {"role": "tool", "tool_call_id": "c2", "content": "3 rows"},
+        True,
+        id="tool-messages-other-ids",
+    ),
+    pytest.param(
+        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "ok"}]},
+        "ok",
+        True,
+        id="tool-result-block-vs-text",
+    ),
+    pytest.param(
+        {"type": "tool_result", "tool_use_id": "t1", "content": "x"},
+        {"type": "tool_result", "tool_use_id": "t2", "content": "x", "is_error": True},
+        False,
+        id="tool-result-block-error-flag",
+    ),
 ]
 
 
@@ -1071,9 +1187,24 @@ def test_an_sdk_result_object_against_an_empty_marker(tw: ModuleType, marker: An
     # Markers are taken as results are: an SDK object by its JSON form, texts respaced.
     guard = tw.Guard(tools={"search_docs": {"policy": "read", "empty": [marker]}})
     assert _searches(guard, [ToolResult(" No  results")] * 4)[3].message == EMPTY_NUDGE
-    for other in (ToolResult("3 rows"), ToolResult("No results", is_error=True)):
-        guard = tw.Guard(tools={"search_docs": {"policy": "read", "empty": [marker]}})
-        assert [v.action for v in _searches(guard, [other] * 6)] == ["allow"] * 6
+    guard = tw.Guard(tools={"search_docs": {"policy": "read", "empty": [marker]}})
+    assert [v.action for v in _searches(guard, [ToolResult("3 rows")] * 6)] == ["allow"] * 6
+    # The marker's text flagged as an error is an error, not an empty result. One tool failing
+    # the same way across reworded calls is a run of its own (issue 16), named as errors.
+    guard = tw.Guard(tools={"search_docs": {"policy": "read", "empty": [marker]}})
+    verdicts = _searches(guard, [ToolResult("No results", is_error=True)] * 6)
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "stop", "stop"]
+    assert verdicts[3].message is not None
+    assert verdicts[3].message.startswith(
+        '3 calls to search_docs in a row failed with the same error, "No results".'
+    )
+    # The count is of the calls that ran and failed, as for empty results: the nudged one
+    # never ran, so it did not fail.
+    assert (verdicts[4].reason, verdicts[4].message) == (
+        "no_progress",
+        "Stopped (no_progress): 3 calls to search_docs in a row failed with the same error, "
+        '"No results".',
+    )
 
 
 # -- policy specs ---------------------------------------------------------------------------
@@ -1103,6 +1234,8 @@ VALID_SPECS = [
     pytest.param({"policy": "poll", "max_polls": 3, "empty": ["pending"]}, id="poll-empty"),
     pytest.param({"policy": "write"}, id="write-mapping"),
     pytest.param({"policy": "volatile", "empty": ["-"]}, id="volatile-empty"),
+    pytest.param({"policy": "write", "whitespace": "keep"}, id="whitespace-keep"),
+    pytest.param({"policy": "read", "whitespace": "collapse"}, id="whitespace-collapse"),
 ]
 
 
@@ -1138,7 +1271,7 @@ def test_policy_spec_repr(tw: ModuleType) -> None:
         "{'policy': 'poll', 'max_polls': 5}, 'search': {'policy': 'read', 'empty': "
         "['None found', ' No  results ']}, 'web_search': {'policy': 'read', 'empty': "
         "[{'total': 0, 'results': []}, [], None]}, 'get_logs': {'policy': 'read', "
-        "'empty': False}, 'deploy': 'write'}, steps=0)"
+        "'empty': False}, 'deploy': 'write'}, infer=True, steps=0)"
     )
 
 
@@ -1150,28 +1283,28 @@ POLICY_ERRORS = [
         {"policy": "poll", "max_poll": 5},
         ValueError,
         "unknown setting 'max_poll' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls' or 'empty'",
+        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
         id="unknown-setting",
     ),
     pytest.param(
         {"policy": "poll", "timeout": 3, "retries": 2},
         ValueError,
         "unknown setting 'retries', 'timeout' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls' or 'empty'",
+        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
         id="unknown-settings-sorted",
     ),
     pytest.param(
         {"policy": "nope", "extra": 1},
         ValueError,
         "unknown setting 'extra' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls' or 'empty'",
+        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
         id="unknown-setting-first",
     ),
     pytest.param(
         {"policy": "read", 1: "x"},
         ValueError,
         "unknown setting 1 in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls' or 'empty'",
+        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
         id="unknown-setting-int",
     ),
     pytest.param(
@@ -1287,6 +1420,12 @@ POLICY_ERRORS = [
         TypeError,
         EMPTY_TYPE.format("range"),
         id="empty-range",
+    ),
+    pytest.param(
+        {"policy": "write", "whitespace": "strip"},
+        ValueError,
+        "whitespace for tool 'build_status' must be 'keep' or 'collapse', not 'strip'",
+        id="whitespace-unknown",
     ),
     pytest.param(
         {"max_polls": 5},

@@ -316,7 +316,9 @@ def claude_code_session(session: str = "3f2a9c1e-7b44-4e0e-9d51-2c8f0e6a1b77") -
 def codex_rollout(session: str = "0199a1b2-7c3d-7e4f-9a0b-1c2d3e4f5a6b") -> list[dict]:
     """A Codex CLI rollout: session_meta, turn_context, response_item payloads (reasoning,
     function_call shell, custom_tool_call apply_patch, outputs) and token_count events after
-    each response; the agent re-runs the same failing test command."""
+    each response; the agent re-runs the same failing test command. (Four re-runs after the
+    patch: ``shell`` has no policy, so since issue 16 each re-run is judged by its result and
+    the loop is nudged at the third, stopped at the fourth.)"""
     ts = "2026-05-02T17:09:04.407Z"
     rows: list[dict[str, Any]] = [
         {
@@ -351,6 +353,8 @@ def codex_rollout(session: str = "0199a1b2-7c3d-7e4f-9a0b-1c2d3e4f5a6b") -> list
         None,  # an apply_patch in between
         '{"workdir":"/repo","command":["bash","-lc","pytest -q tests/test_cart.py"]}',
         '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
+        '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
+        '{"command": ["bash", "-lc", "pytest -q tests/test_cart.py"], "workdir": "/repo"}',
         '{"command":["bash","-lc","pytest -q tests/test_cart.py"],"workdir":"/repo"}',
     ]
     for i, arguments in enumerate(pytest_args):
@@ -533,14 +537,15 @@ def test_anthropic(tmp_path: Path) -> None:
     path.write_text(json.dumps(anthropic_conversation()))
     run = one(replay([str(path)]))
     assert run.format == "anthropic"
-    # read(1) edit(2) test(3) read(4: nudge, the 2nd read in the window) read(5: stop)
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 4, 5, 3)
+    # read(1) edit(2) test(3) read(4) read(5: nudge) read(6: stop). Issue 16: edit_file is a
+    # write by its name, so read(4) after it is a new question; read(5) is its repeat.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 5, 6, 2)
     assert run.tool == "read_file"
     assert run.tokens_source == "usage"
     # Anthropic input = input_tokens + cache reads; the cache is priced as input by default.
     assert run.input_tokens == sum(2000 + 600 * i + 8000 for i in range(7))
     assert run.cached_tokens == 7 * 8000
-    assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (5, 6))
+    assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (6,))
     cheap_cache = one(replay([str(path)], Settings(prices=Prices(cached=0.3))))
     assert cheap_cache.cost < run.cost
 
@@ -587,9 +592,12 @@ def test_claude_code_session(tmp_path: Path) -> None:
     main = runs[session]
     assert main.format == "claude-code"
     # The split response is one turn with two steps (Glob, Read); then Bash x6, whose
-    # spellings differ only in whitespace: steps 3, 4 (nudge), 5 (stop).
+    # spellings differ only in whitespace. Every Bash result is the same error (is_error);
+    # Bash has no policy, and a shell command may change things even when it fails (a
+    # pre-commit hook reformats and fails the commit), so its repeats get one more (issue
+    # 16): steps 3, 4, 5 (nudge, the same error twice), 6 (stop).
     assert (main.turns, main.steps) == (7, 8)
-    assert (main.nudge_step, main.stop_step, main.steps_saved, main.tool) == (4, 5, 4, "Bash")
+    assert (main.nudge_step, main.stop_step, main.steps_saved, main.tool) == (5, 6, 3, "Bash")
     # Usage of the split response is counted once: input = 4 + 1200 + 18000.
     first_turn_input = 4 + 1200 + 18000
     assert main.input_tokens == first_turn_input + sum(19204 + 900 * i for i in range(6))
@@ -605,13 +613,15 @@ def test_codex_rollout(tmp_path: Path) -> None:
     assert report.problems_total == 0
     run = one(report)
     assert (run.run, run.format) == (session, "codex")
-    # shell(1) apply_patch(2) shell(3: nudge) shell(4: stop) shell(5)
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (5, 3, 4, 2)
+    # shell(1) apply_patch(2) shell(3) shell(4) shell(5: nudge) shell(6: stop) shell(7). Issue
+    # 16: apply_patch is a write, so shell(3) is a new question; shell has no policy, so its
+    # repeats run and are judged by their (unchanged) results: nudge and stop one later.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 5, 6, 2)
     assert run.tool == "shell"
     assert run.tokens_source == "usage"
-    assert (run.turns, run.turns_saved) == (5, 1)
-    assert run.input_tokens == sum(12000 + 1500 * i for i in range(5))
-    assert run.cached_tokens == sum(9000 + 1500 * i for i in range(5))
+    assert (run.turns, run.turns_saved) == (7, 1)
+    assert run.input_tokens == sum(12000 + 1500 * i for i in range(7))
+    assert run.cached_tokens == sum(9000 + 1500 * i for i in range(7))
 
 
 def test_events_interleaved_runs_and_parallel_turn(tmp_path: Path) -> None:
@@ -981,14 +991,15 @@ def test_results_are_linked_in_every_format(tmp_path: Path) -> None:
         assert run.results_unlinked == 0, name
         assert report.problems_total == 0, name
         linked[name] = (run.results, run.stop_step)
-    # All but the stopped call's: chat 4 (2 parallel + 2 searches), anthropic 4, responses 2,
-    # Claude Code 4 (Glob, Read, Bash x2), Codex 3.
+    # All but the stopped call's: chat 4 (2 parallel + 2 searches), anthropic 5 (read, edit,
+    # test, read x2: issue 16, the edit is an inferred write), responses 2, Claude Code 4
+    # (Glob, Read, Bash x2), Codex 5 (shell, patch, shell x3: issue 16, see codex_rollout).
     assert linked == {
         "chat.json": (4, 5),
-        "anthropic.json": (4, 5),
+        "anthropic.json": (5, 6),
         "responses.json": (2, 3),
-        "session.jsonl": (4, 5),
-        "rollout.jsonl": (3, 4),
+        "session.jsonl": (5, 6),
+        "rollout.jsonl": (5, 6),
     }
     hash_only = one(replay([str(tmp_path / "chat.json")], HASH_ONLY))
     assert (hash_only.results, hash_only.stop_step) == (0, 5)
@@ -1030,8 +1041,15 @@ def test_edit_undo_cycle_stops_with_no_progress(tmp_path: Path) -> None:
     assert run.stop_message is not None
     assert "edit_file -> run_tests -> edit_file -> run_tests" in run.stop_message
     assert run.steps_saved == 4 and run.cost_saved > 0
-    # Undeclared, the edit is not known to change anything: re-running the tests is a loop.
-    assert one(replay([str(path)])).stop_step == 6
+    # Undeclared, edit_file is a write by its name's verb (issue 16): the same cycle, stopped
+    # at the same call. (Before issue 16 an undeclared edit was not known to change anything,
+    # and re-running the tests was stopped as a loop at step 6.)
+    undeclared = one(replay([str(path)]))
+    assert (undeclared.stop_step, undeclared.reason, undeclared.tool) == (
+        9,
+        "no_progress",
+        "edit_file",
+    )
     hashed = one(replay([str(path)], Settings(observe=False, tools={"edit_file": "write"})))
     assert (hashed.stop_step, hashed.reason, hashed.tool) == (6, "loop_detected", "run_tests")
 
@@ -1221,7 +1239,9 @@ def test_mcp_call_output_and_server_tool_results(tmp_path: Path) -> None:
             }
         )
     run = one(replay([str(write_doc(tmp_path / "web.json", blocks))]))
-    assert (run.results, run.stop_step) == (2, 3)
+    # web_search has no policy (issue 16): its repeats run and are judged by their results,
+    # so the third one is nudged (its result linked, not observed) and the fourth stopped.
+    assert (run.results, run.stop_step) == (3, 4)
 
 
 def test_json_report_mode_tools_and_reasons(tmp_path: Path) -> None:

@@ -7,11 +7,29 @@ appended. Otherwise allow, key appended. Why a window of 12 and why nudge before
 seed document.
 
 Results, when the harness reports them with ``observe(verdict, result)``, let the guard see
-progress, which the hash alone cannot (the seed's last section):
+progress, which the hash alone cannot (the seed's last section). What a call may do to the
+world comes from its tool's policy, declared or inferred (``tripwire._policy``):
 
-- Repeats are counted only back to the last change: a repeat whose result changed since the
-  occurrence before it, or that follows an allowed call to a ``write`` tool, is progress, not
-  a loop. An unchanged one is a loop, and the messages say so.
+- **Counted back to the last change.** A repeat is counted only back to an earlier
+  occurrence whose result differs, an allowed call to a ``write`` tool with other arguments
+  that did not fail, or a user message (``user_message``): a re-read after a write is not a
+  repeat, nor is the same question once per user turn. A call failing the same way keeps
+  counting across user messages.
+- **Judged by its result after a possible change.** When another call that may have changed
+  the world ran since the previous occurrence (a write, or a tool with no policy such as a
+  shell command: an edit by ``sed``, a ``cp`` from a backup), the repeat is not refused
+  unseen: it runs, and its result decides (``cat patch.txt`` after the patch was rewritten).
+  A call to a tool with no policy may change the world itself, so its own repeats get one
+  more (allow, allow, nudge, stop at the fourth if the results stay the same). Reads and
+  writes repeated with nothing between keep the seed's thresholds (a second identical refund
+  is not run). What bounds a loop through such calls is the cycle rule below.
+- **Errors.** A result that failed *transiently* (timeouts, rate limits, 5xx, dropped
+  connections: ``tripwire._results``) is not a repeat, up to ``TRANSIENT_RETRIES`` a call a
+  run. A write that failed changed nothing, so failing again the same way counts as the
+  seed's repeats do (a tool with no policy may have changed things even when it failed: a
+  pre-commit hook reformats the files and fails the commit). One tool failing with one
+  error across varied arguments, calls in a row: after ``nudge_at + 1`` of them (nudged
+  calls included) the next is nudged, after ``stop_at + 1`` it stops with ``no_progress``.
 - A tool declared ``"poll"`` may repeat the same call while waiting, up to ``max_polls``
   times a run (default 20); then it stops with ``loop_detected``.
 - Oscillation: when the last ``2p`` calls are two laps of one cycle of ``p`` calls (at least
@@ -25,7 +43,9 @@ progress, which the hash alone cannot (the seed's last section):
   it stops with ``no_progress``. A tool whose empty results are answers (an error-log check
   that finds nothing) declares ``"empty": False``.
 
-Without ``observe``, verdicts are exactly the hash-only ones.
+Cycles and runs of empty results do not reach back past a user message. Without
+``observe``, verdicts are exactly the hash-only ones (the known code-editing tools' keys keep
+their whitespace, as their policy says).
 """
 
 from __future__ import annotations
@@ -36,20 +56,40 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, Literal
 
-from tripwire._keys import call_key, call_key_json, invalid_json_key, volatile_set
+from tripwire._keys import (
+    call_key,
+    call_key_json,
+    invalid_json_key,
+    verbatim_key,
+    verbatim_key_json,
+    volatile_set,
+)
+from tripwire._policy import (
+    DEFAULT_MAX_POLLS,
+    POLICIES,
+    Policy,
+    ToolPolicy,
+    check_definitions,
+    check_int,
+    check_tools,
+    infer_policy,
+)
+from tripwire._results import describe_result
 
 Action = Literal["allow", "nudge", "stop"]
 Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
-Policy = Literal["read", "write", "volatile", "poll"]
 
-POLICIES: Final = ("read", "write", "volatile", "poll")
-# How many times a run may repeat one call to a "poll" tool, unless its policy says.
-DEFAULT_MAX_POLLS: Final = 20
+__all__ = ("DEFAULT_MAX_POLLS", "POLICIES", "Action", "Guard", "Policy", "Reason", "Verdict")
 
 # How many recent call ids a guard remembers, so a retried delivery gets its first answer.
 CALL_ID_MEMORY: Final = 128
 # How many read results a guard keeps for ``Verdict.cached``; the oldest go first.
 CACHE_ENTRIES: Final = 1024
+# How many transient failures of one call a run may retry before they count as repeats.
+TRANSIENT_RETRIES: Final = 3
+# How many undeclared tools' inferred policies a guard remembers (tool names come from the
+# model, so the memory is bounded; past it, a policy is inferred again on each call).
+INFERRED_TOOLS: Final = 1024
 
 _ORDINALS: Final = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
@@ -59,13 +99,20 @@ def _ordinal(n: int) -> str:
 
 
 # What a verdict's message is about, beyond its action and reason:
-#   None                 plain (no results observed)
-#   ("unchanged",)       repeats whose results were observed and did not change
-#   ("empty", n, tools)  n calls in a row to these tools came back empty
-#   ("cycle", tools, w)  the last calls went twice round a cycle of these tools (w: of writes
-#                        and reads, where only the writes' results had to be the same)
-#   ("poll", limit)      a poll tool reached its limit
+#   None                  plain: nothing observed that the message could say
+#   ("unchanged",)        the repeats' results were observed, and two or more were equal
+#   ("failed", text, n)   the repeats failed: n of them with this error
+#   ("errors", n, text)   n calls in a row to this tool failed with this error
+#   ("empty", n, tools)   n calls in a row to these tools came back empty
+#   ("cycle", tools, w)   the last calls went twice round a cycle of these tools (w: of writes
+#                         and reads, where only the writes' results had to be the same)
+#   ("poll", limit)       a poll tool reached its limit
 Detail = tuple[Any, ...] | None
+
+_DO_NOT_REPEAT: Final = (
+    "Do not repeat it. Either use different arguments, use a different tool, or report what "
+    "you have so far."
+)
 
 
 def _empty_calls(detail: tuple[Any, ...]) -> str:
@@ -75,17 +122,33 @@ def _empty_calls(detail: tuple[Any, ...]) -> str:
     return f"{count} calls in a row to {', '.join(tools)}"
 
 
+def _failed(detail: tuple[Any, ...]) -> str:
+    text, times = detail[1], detail[2]
+    if times == 1:
+        return f'the last one failed with "{text}"'
+    return f'it failed {times} times with "{text}"'
+
+
 def nudge_message(tool: str, repeats: int, detail: Detail = None) -> str:
     if detail is not None and detail[0] == "empty":
         return (
             f"{_empty_calls(detail)} returned nothing. Do not reword the same request again: "
             "try a different tool or approach, or report what you have so far."
         )
-    unchanged = ", and the result has not changed" if detail == ("unchanged",) else ""
+    if detail is not None and detail[0] == "errors":
+        return (
+            f'{detail[1]} calls to {tool} in a row failed with the same error, "{detail[2]}". '
+            "Do not retry it with other arguments: try a different tool or approach, or "
+            "report what you have so far."
+        )
+    said = ""
+    if detail == ("unchanged",):
+        said = ", and the result has not changed"
+    elif detail is not None and detail[0] == "failed":
+        said = f", and {_failed(detail)}"
     return (
         f"This is the {_ordinal(repeats)} identical call to {tool} with the same "
-        f"arguments{unchanged}. Do not repeat it. Either use different arguments, use a "
-        "different tool, or report what you have so far."
+        f"arguments{said}. {_DO_NOT_REPEAT}"
     )
 
 
@@ -94,7 +157,7 @@ def stop_message(
     tool: str,
     repeats: int,
     window: int,
-    budget: int | None,
+    budget: int | str | None,
     detail: Detail = None,
 ) -> str:
     if reason == "budget_exhausted":
@@ -103,6 +166,11 @@ def stop_message(
         assert detail is not None
         if detail[0] == "empty":
             return f"Stopped (no_progress): {_empty_calls(detail)} returned nothing."
+        if detail[0] == "errors":
+            return (
+                f"Stopped (no_progress): {detail[1]} calls to {tool} in a row failed with the "
+                f'same error, "{detail[2]}".'
+            )
         tools = " -> ".join(detail[1])
         same = "the same results from its writes" if detail[2] else "the same results"
         return (
@@ -114,11 +182,53 @@ def stop_message(
             f"Stopped (loop_detected): {tool} was polled {repeats} times with the same "
             f"arguments, more than its limit of {detail[1]}."
         )
-    same = " and the same result" if detail == ("unchanged",) else ""
-    return (
+    said = ""
+    if detail == ("unchanged",):
+        said = " and the same result"
+    text = (
         f"Stopped (loop_detected): {tool} was called {repeats} times with the same "
-        f"arguments{same} within the last {window} calls."
+        f"arguments{said} within the last {window} calls."
     )
+    if detail is not None and detail[0] == "failed":
+        text = f"{text[:-1]}; {_failed(detail)}."
+    return text
+
+
+def verdict_message(
+    action: str,
+    reason: Reason | None,
+    tool: str,
+    repeats: int,
+    window: int,
+    budget: int | str | None,
+    detail: Detail,
+) -> str | None:
+    """A verdict's message: the one source of the texts, for both backends."""
+    if action == "nudge":
+        return nudge_message(tool, repeats, detail)
+    if action == "stop" and reason is not None:
+        return stop_message(reason, tool, repeats, window, budget, detail)
+    return None
+
+
+def check_limits(window: object, nudge_at: object, stop_at: object, max_steps: object) -> None:
+    """Validates the guard's numbers (``None`` meaning the default): the one source of these
+    checks and their messages, for both backends."""
+    window = 12 if window is None else window
+    nudge_at = 2 if nudge_at is None else nudge_at
+    stop_at = 3 if stop_at is None else stop_at
+    window = check_int("window", window, 1)
+    nudge_at = check_int("nudge_at", nudge_at, 2)
+    stop_at = check_int("stop_at", stop_at, 2)
+    if stop_at < nudge_at:
+        raise ValueError(f"stop_at ({stop_at}) must not be less than nudge_at ({nudge_at})")
+    if stop_at > window + 1:
+        raise ValueError(
+            f"stop_at ({stop_at}) can never be reached with window={window}: "
+            f"a window of {window} holds at most {window + 1} occurrences, this one included"
+        )
+    if max_steps is not None:
+        check_int("max_steps", max_steps, 1)
 
 
 class Verdict:
@@ -194,13 +304,15 @@ class Verdict:
 
     @property
     def message(self) -> str | None:
-        if self.action == "nudge":
-            return nudge_message(self.tool, self.repeats, self._detail)
-        if self.action == "stop" and self.reason is not None:
-            return stop_message(
-                self.reason, self.tool, self.repeats, self._window, self._budget, self._detail
-            )
-        return None
+        return verdict_message(
+            self.action,
+            self.reason,
+            self.tool,
+            self.repeats,
+            self._window,
+            self._budget,
+            self._detail,
+        )
 
     def _fields(self) -> tuple[Any, ...]:
         return (
@@ -253,151 +365,73 @@ class Verdict:
         )
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
-class ToolPolicy:
-    """A tool's policy: its kind, for polls the most times one call may repeat in a run, and
-    what counts as an empty result: nothing at all (``empty_answers``: empty results are
-    answers for this tool), or the built-in empties plus the digests of listed values."""
-
-    __slots__ = ("empty_answers", "empty_digests", "kind", "max_polls")
-
-    def __init__(
-        self,
-        kind: Policy,
-        max_polls: int = DEFAULT_MAX_POLLS,
-        empty_digests: frozenset[str] = frozenset(),
-        empty_answers: bool = False,
-    ) -> None:
-        self.kind = kind
-        self.max_polls = max_polls
-        self.empty_digests = empty_digests
-        self.empty_answers = empty_answers
-
-
-def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
-    """The policy, and its form for ``repr``."""
-    if not isinstance(spec, Mapping):
-        return ToolPolicy(_check_policy_name(tool, spec)), spec
-    unknown = sorted(repr(k) for k in spec if k not in ("policy", "max_polls", "empty"))
-    if unknown:
-        raise ValueError(
-            f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
-            "expected 'policy', 'max_polls' or 'empty'"
-        )
-    kind = _check_policy_name(tool, spec.get("policy"))
-    shown: dict[str, object] = {"policy": kind}
-    policy = ToolPolicy(kind)
-    if "max_polls" in spec:
-        if kind != "poll":
-            raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
-        policy.max_polls = _check_int("max_polls", spec["max_polls"], 1)
-        shown["max_polls"] = policy.max_polls
-    if "empty" in spec:
-        empty = spec["empty"]
-        if empty is False:
-            policy.empty_answers = True
-            shown["empty"] = False
-        elif isinstance(empty, (list, tuple)):
-            policy.empty_digests = frozenset(result_digest(result_value(v)) for v in empty)
-            shown["empty"] = list(empty)
-        else:
-            raise TypeError(
-                f"empty for tool {tool!r} must be a list of results that count as empty, "
-                f"or False, not {type(empty).__name__}"
-            )
-    return policy, shown
-
-
-def _check_policy_name(tool: str, policy: object) -> Policy:
-    # Spelled out, so that the type checker knows which Literal comes back.
-    if policy == "read" or policy == "write" or policy == "volatile" or policy == "poll":
-        return policy
-    raise ValueError(
-        f"unknown policy {policy!r} for tool {tool!r}: expected one of "
-        + ", ".join(repr(p) for p in POLICIES)
-    )
-
-
-def _check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolicy], str]:
-    """The policies by tool name, and their ``repr``."""
-    if tools is None:
-        return {}, "{}"
-    if not isinstance(tools, Mapping):
-        kind = type(tools).__name__
-        raise TypeError(f"tools must be a mapping of tool name to policy, not {kind}")
-    checked: dict[str, ToolPolicy] = {}
-    shown: dict[str, object] = {}
-    for tool, spec in tools.items():
-        if not isinstance(tool, str):
-            raise TypeError(f"tool names in tools must be str, not {type(tool).__name__}")
-        checked[tool], shown[tool] = _check_tool_policy(tool, spec)
-    return checked, repr(shown)
-
-
-def result_value(result: Any) -> Any:
-    """What of a tool's result the guard compares: plain values as they are, bytes as text,
-    SDK objects (pydantic models: OpenAI, Anthropic, MCP results) as their JSON form, and
-    anything else as its ``str``."""
-    if result is None or isinstance(result, (str, int, float, bool, list, dict, tuple)):
-        return result
-    if isinstance(result, (bytes, bytearray)):
-        return bytes(result).decode("utf-8", "replace")
-    dump = getattr(result, "model_dump", None)
-    if callable(dump):
-        try:
-            return dump(mode="json")
-        except (TypeError, ValueError):
-            pass
-    return str(result)
-
-
-def result_digest(value: Any) -> str:
-    """The key of a result value; one that cannot be keyed is keyed by its ``repr``."""
-    try:
-        return call_key("result", value)
-    except (TypeError, ValueError, RecursionError):
-        return call_key("result", repr(value))
-
-
-def is_empty_result(value: Any, digest: str, policy: ToolPolicy | None) -> bool:
-    """``None``, an empty or blank text, an empty list, dict or tuple, or a value the tool's
-    policy lists as empty; never, for a tool whose empty results are answers."""
-    if policy is not None:
-        if policy.empty_answers:
-            return False
-        if digest in policy.empty_digests:
-            return True
-    if value is None:
-        return True
-    if isinstance(value, str):
-        return not value.split()
-    if isinstance(value, (list, dict, tuple)):
-        return len(value) == 0
-    return False
-
-
 class _Entry:
     """One call in the window: its key and tool, the step it was checked at, whether it was
-    nudged (so never ran), whether it was an allowed call to a ``write`` tool, and once
-    observed, its result's digest and whether it was empty."""
+    nudged (so never ran), whether it was an allowed call to a ``write`` tool (``writes``) or
+    to one that may change the world (``changes``: a write, or a tool with no policy), and the
+    user turn it was made in; once observed, its result's digest, whether it came back empty,
+    whether it failed (then ``error`` is the text), and whether the failure was a transient
+    one that a retry need not answer for (``retry``)."""
 
-    __slots__ = ("empty", "key", "nudged", "result", "step", "tool", "writes")
+    __slots__ = (
+        "changes",
+        "empty",
+        "error",
+        "failed",
+        "key",
+        "nudged",
+        "result",
+        "retry",
+        "step",
+        "tool",
+        "turn",
+        "writes",
+    )
 
-    def __init__(self, key: str, tool: str, step: int, nudged: bool, writes: bool) -> None:
+    def __init__(
+        self, key: str, tool: str, step: int, nudged: bool, kind: Policy | None, turn: int
+    ) -> None:
         self.key = key
         self.tool = tool
         self.step = step
         self.nudged = nudged
-        self.writes = writes
+        self.writes = not nudged and kind == "write"
+        self.changes = not nudged and kind in (None, "write")
+        self.turn = turn
         self.result: str | None = None
         self.empty = False
+        self.failed = False
+        self.error: str | None = None
+        self.retry = False
+
+    @property
+    def wrote(self) -> bool:
+        """A write that ran (as far as anyone said) without failing."""
+        return self.writes and not self.failed
+
+    @property
+    def maybe_changed(self) -> bool:
+        """A tool with no policy that ran: it may have changed the world, failed or not."""
+        return self.changes and not self.writes
+
+    @property
+    def changed(self) -> bool:
+        """May have changed the world: a write that did not fail, or a tool of unknown kind
+        (a shell command that fails may still have written files: a pre-commit hook that
+        reformats them and fails the commit)."""
+        return self.changes and not (self.writes and self.failed)
+
+
+class _Remembered:
+    """The verdict given to a call id, the key of the call it was given to, and whether the
+    call's result has been observed since (then the id is no longer awaiting a redelivery)."""
+
+    __slots__ = ("answered", "key", "verdict")
+
+    def __init__(self, key: str, verdict: Verdict) -> None:
+        self.key = key
+        self.verdict = verdict
+        self.answered = False
 
 
 class Guard:
@@ -412,24 +446,23 @@ class Guard:
         volatile_keys: Iterable[Any] | None = None,
         max_steps: int | None = None,
         tools: Mapping[str, object] | None = None,
+        infer: bool | None = True,
+        definitions: Iterable[Any] | None = None,
     ) -> None:
+        check_limits(window, nudge_at, stop_at, max_steps)
         # None means the default, as for volatile_keys and max_steps.
-        window = 12 if window is None else window
-        nudge_at = 2 if nudge_at is None else nudge_at
-        stop_at = 3 if stop_at is None else stop_at
-        self._window_size = _check_int("window", window, 1)
-        self._nudge_at = _check_int("nudge_at", nudge_at, 2)
-        self._stop_at = _check_int("stop_at", stop_at, 2)
-        if stop_at < nudge_at:
-            raise ValueError(f"stop_at ({stop_at}) must not be less than nudge_at ({nudge_at})")
-        if stop_at > window + 1:
-            raise ValueError(
-                f"stop_at ({stop_at}) can never be reached with window={window}: "
-                f"a window of {window} holds at most {window + 1} occurrences, this one included"
-            )
-        self._max_steps = None if max_steps is None else _check_int("max_steps", max_steps, 1)
+        self._window_size = 12 if window is None else window
+        self._nudge_at = 2 if nudge_at is None else nudge_at
+        self._stop_at = 3 if stop_at is None else stop_at
+        self._max_steps = max_steps
         self._volatile = volatile_set(volatile_keys)
-        self._tools, self._tools_repr = _check_tools(tools)
+        self._tools, self._tools_repr = check_tools(tools)
+        infer = True if infer is None else infer
+        if not isinstance(infer, bool):
+            raise TypeError(f"infer must be a bool, not {type(infer).__name__}")
+        self._infer = infer
+        self._definitions = check_definitions(definitions)
+        self._inferred: dict[str, ToolPolicy | None] = {}
         # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
         # use this guard from the same thread (a Python lock, unlike the native one, lets
         # other threads run while it waits, so threads cannot deadlock on it).
@@ -450,19 +483,58 @@ class Guard:
         self._window: deque[_Entry] = deque(maxlen=self._window_size)
         # Checks of each poll tool's call so far this run (not only in the window).
         self._polls: dict[str, int] = {}
+        # Transient failures of each call so far this run.
+        self._retries: dict[str, int] = {}
         self._steps = 0
+        self._turn = 0
         self._stopped: Verdict | None = None
-        self._by_call_id: OrderedDict[str, Verdict] = OrderedDict()
+        self._by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
         self._cache: OrderedDict[str, Any] = OrderedDict()
+
+    # -- policies -------------------------------------------------------------------------
+
+    def _policy(self, name: str) -> ToolPolicy | None:
+        declared = self._tools.get(name)
+        if declared is not None or not self._infer:
+            return declared
+        if name in self._inferred:
+            return self._inferred[name]
+        policy = infer_policy(name, self._definitions)
+        if len(self._inferred) < INFERRED_TOOLS:
+            self._inferred[name] = policy
+        return policy
+
+    def policy_of(self, name: str, /) -> tuple[Policy | None, str | None]:
+        """The policy the guard uses for a tool, and where it comes from: ``"declared"``
+        (``tools=``), ``"definition"`` (its annotations in ``definitions=``), ``"name"`` (a
+        well-known harness's tool, or its name's verb); ``(None, None)``: no policy, a tool of
+        unknown kind."""
+        if not isinstance(name, str):
+            raise TypeError(f"tool name must be a str, not {type(name).__name__}")
+        with self._locked():
+            policy = self._policy(_exact(name))
+        if policy is None:
+            return None, None
+        return policy.kind, policy.source
+
+    def _key(self, name: str, args: Any, policy: ToolPolicy | None) -> str:
+        if policy is not None and policy.whitespace == "keep":
+            return verbatim_key(name, args, self._volatile)
+        return call_key(name, args, volatile_keys=self._volatile)
 
     # -- the check ------------------------------------------------------------------------
 
     def check(self, name: str, args: Any, /, *, call_id: str | None = None) -> Verdict:
         """The verdict on one call, before it is dispatched."""
         call_id = _check_call_id(call_id)
-        key = call_key(name, args, volatile_keys=self._volatile)
+        if not isinstance(name, str):
+            call_key(name, args)  # raises the key's own TypeError
+        name = _exact(name)
         with self._locked():
-            return self._decide(_exact(name), key, call_id)
+            policy = self._policy(name)
+        key = self._key(name, args, policy)
+        with self._locked():
+            return self._decide(name, key, policy, call_id)
 
     def check_json(
         self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None
@@ -474,13 +546,21 @@ class Guard:
         ``Verdict.invalid_arguments`` says what is wrong with it."""
         call_id = _check_call_id(call_id)
         invalid: str | None = None
+        if isinstance(name, str):
+            with self._locked():
+                policy = self._policy(_exact(name))
+        else:
+            policy = None
         try:
-            key = call_key_json(name, text, volatile_keys=self._volatile)
+            if policy is not None and policy.whitespace == "keep":
+                key = verbatim_key_json(name, text, self._volatile)
+            else:
+                key = call_key_json(name, text, volatile_keys=self._volatile)
         except ValueError as exc:
             key = invalid_json_key(name, text)
             invalid = str(exc)
         with self._locked():
-            return self._decide(_exact(name), key, call_id, invalid)
+            return self._decide(_exact(name), key, policy, call_id, invalid)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
@@ -490,38 +570,54 @@ class Guard:
         copy's with ``duplicate_of`` set to its index, so the harness can give them the same
         result. Keys are computed first: if any call is bad, nothing is counted.
         """
-        prepared: list[tuple[str, str, str | None]] = []
+        prepared: list[tuple[str, str, ToolPolicy | None, str | None]] = []
         for index, call in enumerate(calls):
             name, args, call_id = _unpack_call(index, call)
             call_id = _check_call_id(call_id)
-            key = call_key(name, args, volatile_keys=self._volatile)
-            prepared.append((_exact(name), key, call_id))
+            if not isinstance(name, str):
+                call_key(name, args)  # raises the key's own TypeError
+            name = _exact(name)
+            with self._locked():
+                policy = self._policy(name)
+            prepared.append((name, self._key(name, args, policy), policy, call_id))
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
         with self._locked():
-            for index, (name, key, call_id) in enumerate(prepared):
+            for index, (name, key, policy, call_id) in enumerate(prepared):
                 earlier = first_of_key.get(key)
-                if earlier is None or (call_id is not None and call_id in self._by_call_id):
+                if earlier is None or self._retried(call_id, key):
                     first_of_key.setdefault(key, index)
-                    verdicts.append(self._decide(name, key, call_id))
+                    verdicts.append(self._decide(name, key, policy, call_id))
                 else:
                     copy = verdicts[earlier]._replace(duplicate_of=earlier, call_id=call_id)
                     if call_id is not None:
-                        self._remember_call_id(call_id, copy)
+                        self._remember_call_id(call_id, key, copy)
                     verdicts.append(copy)
         return verdicts
 
+    def _retried(self, call_id: str | None, key: str) -> bool:
+        """A retried delivery: the same call id *and* the same call as one checked before,
+        whose result has not been observed yet. Providers reuse ids across turns, for other
+        calls and for the same call asked again after its answer: both are new calls."""
+        if call_id is None:
+            return False
+        remembered = self._by_call_id.get(call_id)
+        return remembered is not None and remembered.key == key and not remembered.answered
+
     def _decide(
-        self, name: str, key: str, call_id: str | None, invalid_arguments: str | None = None
+        self,
+        name: str,
+        key: str,
+        policy: ToolPolicy | None,
+        call_id: str | None,
+        invalid_arguments: str | None = None,
     ) -> Verdict:
-        if call_id is not None:
-            remembered = self._by_call_id.get(call_id)
-            if remembered is not None:
-                return remembered
+        if self._retried(call_id, key):
+            assert call_id is not None
+            return self._by_call_id[call_id].verdict
         if self._stopped is not None:
             return self._stopped
         step = self._steps + 1
-        policy = self._tools.get(name)
         kind = policy.kind if policy is not None else None
         action, reason, repeats, detail = self._judge(name, key, policy)
         extra: dict[str, Any] = {
@@ -532,8 +628,10 @@ class Guard:
             "detail": detail,
         }
         cached = None
+        declared = self._tools.get(name)
         if action == "allow":
-            cached = self._cache.get(key) if kind == "read" else None
+            if declared is not None and declared.kind == "read":
+                cached = self._cache.get(key)
             # A call that may change the world makes every cached read stale.
             if kind in (None, "write") and self._cache:
                 self._released.append(self._cache)
@@ -545,10 +643,10 @@ class Guard:
         if action == "stop":
             self._stopped = verdict._replace(call_id=None)
         else:
-            writes = action == "allow" and kind == "write"
-            self._window.append(_Entry(key, name, step, action == "nudge", writes))
+            entry = _Entry(key, name, step, action == "nudge", kind, self._turn)
+            self._window.append(entry)
         if call_id is not None:
-            self._remember_call_id(call_id, verdict)
+            self._remember_call_id(call_id, key, verdict)
         return verdict
 
     def _judge(
@@ -563,61 +661,121 @@ class Guard:
             if over_budget:
                 return "stop", "budget_exhausted", polls, None
             return "allow", None, polls, None
-        repeats, unchanged = self._unchanged_repeats(key)
-        detail: Detail = ("unchanged",) if unchanged else None
-        empty_run, empty_detail = self._empty_run(name)
-        if repeats >= self._stop_at:
+        repeats, deferred, between, detail = self._repeats(key)
+        # After another call that may have changed the world, the repeat is run and judged by
+        # its result; after a possible change of its own, it has one more.
+        counted = 0 if between else repeats - 1 if deferred else repeats
+        fruitless, fruitless_detail = self._fruitless_run(name)
+        if counted >= self._stop_at:
             return "stop", "loop_detected", repeats, detail
         cycle = self._cycle(key)
         if cycle is not None:
             return "stop", "no_progress", repeats, ("cycle", *cycle)
-        if empty_run >= self._stop_at + 1:
-            return "stop", "no_progress", repeats, empty_detail
+        if fruitless >= self._stop_at + 1:
+            return "stop", "no_progress", repeats, fruitless_detail
         if over_budget:
             return "stop", "budget_exhausted", repeats, None
-        if repeats >= self._nudge_at:
+        if counted >= self._nudge_at:
             return "nudge", None, repeats, detail
-        if empty_run >= self._nudge_at + 1:
-            return "nudge", None, repeats, empty_detail
+        if fruitless >= self._nudge_at + 1:
+            return "nudge", None, repeats, fruitless_detail
         return "allow", None, repeats, None
 
-    def _unchanged_repeats(self, key: str) -> tuple[int, bool]:
+    def _repeats(self, key: str) -> tuple[int, bool, bool, Detail]:
         """Occurrences of ``key`` in the window since the world last changed, this one
-        included; and whether any of them had its result observed.
+        included; whether a call that may have changed the world ran since the first of them
+        (a write, or a tool with no policy: these occurrences themselves too, when their tool
+        has none); whether another call that may have changed the world ran since the
+        previous one (then this one is run, and judged by its result); and what the message may
+        truthfully say of their results.
 
-        Once results are observed, counting goes back only as far as the last change: an
-        earlier occurrence with a different result, or an allowed call to a ``write`` tool in
-        between (a re-read after a write is not a repeat). Tools with no policy do not count
-        as writes here, or a tool that is called over and over could never be a loop."""
-        earlier = [entry for entry in self._window if entry.key == key]
-        observed = [entry.result for entry in earlier if entry.result is not None]
+        Until a result of this call is observed, every occurrence in the window counts (the
+        seed's count). Then counting goes back only as far as the last change: an earlier
+        occurrence with a different result, an allowed write with other arguments (a re-read
+        after a write is not a repeat), a user message (unless the call fails the same way).
+        Occurrences that failed transiently, within the retries a call has, do not count.
+        Tools with no policy do not end the count, or a tool called over and over could never
+        be a loop: they only let the repeat run to be judged by its result. A write's own
+        repeat is refused unseen, as the seed's is (a second identical refund is not run)."""
+        earlier = [entry for entry in self._window if entry.key == key and not entry.retry]
+        observed = [entry for entry in earlier if entry.result is not None]
         if not observed:
-            return len(earlier) + 1, False
+            return len(earlier) + 1, False, False, None
+        latest = observed[-1]
         count = 0
-        wrote = False
+        same = 0
+        changed = False
+        deferred = between = False
         for entry in reversed(self._window):
-            if entry.key == key:
-                if wrote or (entry.result is not None and entry.result != observed[-1]):
+            if entry.key != key:
+                changed = changed or entry.changed
+                if entry.wrote:
                     break
-                count += 1
-            wrote = wrote or entry.writes
-        return count + 1, True
+                continue
+            if entry.retry:
+                continue
+            if entry.result is not None and entry.result != latest.result:
+                break
+            if entry.turn != self._turn and not latest.failed:
+                break
+            if count == 0:
+                between = changed
+            changed = changed or entry.maybe_changed
+            deferred = deferred or changed
+            count += 1
+            same += entry.result is not None
+        if latest.failed:
+            detail: Detail = ("failed", latest.error, same)
+        else:
+            detail = ("unchanged",) if same >= 2 else None
+        return count + 1, deferred, between, detail
 
-    def _empty_run(self, name: str) -> tuple[int, Detail]:
-        """The calls at the end of the window that came back empty or were nudged (so ran
-        no better), if at least one came back empty and ``name`` is among their tools; with
-        the message detail: how many came back empty, and their tools in order."""
+    def _fruitless_run(self, name: str) -> tuple[int, Detail]:
+        """The longer of the runs of empty results and of one error (see the module)."""
+        empty = self._empty_run(name)
+        if empty[0]:
+            return empty
+        return self._error_run(name)
+
+    def _tail(self, fits: Any) -> list[_Entry]:
+        """The calls at the end of the window that ``fits`` or were nudged (so ran no
+        better), newest first, back to the last user message."""
         run: list[_Entry] = []
         for entry in reversed(self._window):
-            if not (entry.empty or entry.nudged):
+            if entry.turn != self._turn or not (entry.nudged or fits(entry)):
                 break
             run.append(entry)
+        return run
+
+    def _empty_run(self, name: str) -> tuple[int, Detail]:
+        """The calls at the end of the window that came back empty or were nudged, if at
+        least one came back empty and ``name`` is among their tools; with the message detail:
+        how many came back empty, and their tools in order."""
+        run = self._tail(lambda entry: entry.empty)
         empties = sum(entry.empty for entry in run)
         # The tools that came back empty; a tool that was only nudged returned nothing at all.
         tools = tuple(dict.fromkeys(entry.tool for entry in reversed(run) if entry.empty))
         if empties == 0 or name not in tools:
             return 0, None
         return len(run), ("empty", empties, tools)
+
+    def _error_run(self, name: str) -> tuple[int, Detail]:
+        """The calls at the end of the window to ``name`` that failed with one error (not a
+        transient one), or were nudged; with the message detail: their count and the error."""
+        last = next((e for e in reversed(self._window) if not e.nudged), None)
+        if last is None or not last.failed or last.retry or last.tool != name:
+            return 0, None
+        run = self._tail(
+            lambda entry: (
+                entry.failed
+                and not entry.retry
+                and entry.tool == name
+                and entry.result == last.result
+            )
+        )
+        # The message counts the failures; a nudged call did not run.
+        failures = sum(not entry.nudged for entry in run)
+        return len(run), ("errors", failures, last.error)
 
     def _cycle(self, key: str) -> tuple[tuple[str, ...], bool] | None:
         """The tools of a cycle the window went round twice, with the same results, that this
@@ -627,7 +785,10 @@ class Guard:
         n = len(entries)
         for period in range(2, n // 2 + 1):
             laps = entries[n - 2 * period :]
-            if laps[0].key != key or any(entry.result is None for entry in laps):
+            # Transient failures retried in between are no lap of a cycle.
+            if laps[0].key != key or any(e.result is None or e.retry for e in laps):
+                continue
+            if laps[0].turn != self._turn:
                 continue
             first, second = laps[:period], laps[period:]
             # With writes in the cycle, their results are what must repeat (see the module).
@@ -642,17 +803,19 @@ class Guard:
                 return tuple(entry.tool for entry in first), mixed
         return None
 
-    def _remember_call_id(self, call_id: str, verdict: Verdict) -> None:
-        self._released.append(self._by_call_id.get(call_id))
-        self._by_call_id[call_id] = verdict
+    def _remember_call_id(self, call_id: str, key: str, verdict: Verdict) -> None:
+        self._released.append(self._by_call_id.pop(call_id, None))
+        self._by_call_id[call_id] = _Remembered(key, verdict)
         if len(self._by_call_id) > CALL_ID_MEMORY:
             self._released.append(self._by_call_id.popitem(last=False))
 
     # -- results --------------------------------------------------------------------------
 
     def record(self, verdict: Verdict, result: Any, /) -> None:
-        """Remembers the result of an allowed call to a ``read`` tool, so a later allowed
-        check of the same call carries it in ``Verdict.cached``. Other tools: nothing."""
+        """Remembers the result of an allowed call to a tool declared ``read``, so a later
+        allowed check of the same call carries it in ``Verdict.cached``. Other tools
+        (inferred reads too: whether a read outlives the run is for its author to say):
+        nothing."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"record() takes a Verdict, not {type(verdict).__name__}")
         policy = self._tools.get(verdict.tool)
@@ -665,23 +828,58 @@ class Guard:
             if len(self._cache) > CACHE_ENTRIES:
                 self._released.append(self._cache.popitem(last=False))
 
-    def observe(self, verdict: Verdict, result: Any, /) -> None:
+    def observe(
+        self,
+        verdict: Verdict,
+        result: Any,
+        /,
+        *,
+        error: Any = None,
+        transient: bool | None = None,
+    ) -> None:
         """Tells the guard what an allowed call returned, so later checks can tell progress
-        (a changed result) from a loop (the same result again), and see cycles and runs of
-        empty results. Verdicts that were not allowed, or whose call has left the window,
-        are ignored."""
+        (a changed result) from a loop (the same result again), and see errors, cycles and
+        runs of empty results. ``result`` as the harness holds it (``tripwire._results``);
+        ``error``: ``None`` (the result says), ``False``, ``True`` (the result is the error's
+        text), or the error (a str or an exception); ``transient``: ``None`` (recognised from
+        the error), or what the harness knows. Verdicts that were not allowed, or whose call
+        has left the window, are ignored."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
+        if transient is not None and not isinstance(transient, bool):
+            raise TypeError(f"transient must be a bool or None, not {type(transient).__name__}")
         if verdict.action != "allow":
             return
-        value = result_value(result)
-        digest = result_digest(value)
-        empty = is_empty_result(value, digest, self._tools.get(verdict.tool))
         with self._locked():
+            policy = self._policy(verdict.tool)
+        digest, empty, failed, is_transient, text = describe_result(
+            result, error, transient, policy
+        )
+        with self._locked():
+            if verdict.call_id is not None:
+                remembered = self._by_call_id.get(verdict.call_id)
+                if remembered is not None and remembered.verdict.step == verdict.step:
+                    remembered.answered = True
             for entry in reversed(self._window):
                 if entry.step == verdict.step and entry.key == verdict.key:
+                    if digest is None and not failed:
+                        return  # nothing to compare it by: as if not observed
                     entry.result, entry.empty = digest, empty
+                    entry.failed, entry.error = failed, text
+                    # A retry is counted once per call, however often it is observed.
+                    was_retry, entry.retry = entry.retry, False
+                    if failed and is_transient:
+                        retries = self._retries.get(entry.key, 0)
+                        if was_retry or retries < TRANSIENT_RETRIES:
+                            self._retries[entry.key] = retries + (not was_retry)
+                            entry.retry = True
                     break
+
+    def user_message(self) -> None:
+        """Tells the guard a human message arrived: the same successful call once per user
+        message is not a loop (a call that keeps failing the same way still is)."""
+        with self._locked():
+            self._turn += 1
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -711,7 +909,7 @@ class Guard:
         return (
             f"Guard(window={self._window_size}, nudge_at={self._nudge_at}, "
             f"stop_at={self._stop_at}, max_steps={self._max_steps}, "
-            f"tools={self._tools_repr}, steps={self._steps})"
+            f"tools={self._tools_repr}, infer={self._infer}, steps={self._steps})"
         )
 
 

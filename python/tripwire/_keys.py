@@ -38,8 +38,9 @@ def _too_deep() -> RecursionError:
     return RecursionError(f"arguments nested deeper than {MAX_DEPTH} levels")
 
 
-def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
-    """``normalise`` for a value found inside ``depth`` enclosing dicts or lists.
+def normalise_at(value: Any, volatile: frozenset[Any], depth: int, collapse: bool = True) -> Any:
+    """``normalise`` for a value found inside ``depth`` enclosing dicts or lists; with
+    ``collapse=False``, strings keep their whitespace (``verbatim_key``).
 
     Plain loops rather than comprehensions: a comprehension is a frame of its own, and the
     walk should cost one Python frame a level, so 256 levels fit any caller's stack."""
@@ -49,17 +50,17 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
         normalised = {}
         for k, v in sorted(value.items()):
             if k not in volatile and v is not None:
-                normalised[k] = normalise_at(v, volatile, depth + 1)
+                normalised[k] = normalise_at(v, volatile, depth + 1, collapse)
         return normalised
     if isinstance(value, list):
         if depth >= MAX_DEPTH:
             raise _too_deep()
         items = []
         for v in value:
-            items.append(normalise_at(v, volatile, depth + 1))
+            items.append(normalise_at(v, volatile, depth + 1, collapse))
         return items
     if isinstance(value, str):
-        return " ".join(value.split())
+        return " ".join(value.split()) if collapse else value
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -99,6 +100,22 @@ def call_key(name: str, args: Any, /, *, volatile_keys: Iterable[Any] | None = N
     """16 hex digits of SHA-256 over ``canonical_json(name, args)``."""
     digest = hashlib.sha256(canonical_json(name, args, volatile_keys=volatile_keys))
     return digest.hexdigest()[:16]
+
+
+def verbatim_key(name: str, args: Any, volatile: frozenset[Any]) -> str:
+    """``call_key`` with strings' whitespace kept: the guard's key for tools that see it
+    (code, patches, file contents: an edit retried with corrected line breaks is another
+    edit). Everything else is normalised as for ``call_key``."""
+    check_name(name)
+    normalised = normalise_at(args, volatile, 0, False)
+    payload = _dumps({"tool": name, "args": normalised}).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def verbatim_key_json(name: str, text: str | bytes | bytearray, volatile: frozenset[Any]) -> str:
+    """``verbatim_key`` of arguments given as JSON text."""
+    check_name(name)
+    return verbatim_key(name, json.loads(text), volatile)
 
 
 def decode_json_bytes(data: bytes | bytearray) -> str:

@@ -84,6 +84,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, cast
 
+from tripwire._results import content_value
 from tripwire.replay.cost import Usage, UsageError, parse_usage
 
 # (tool name, arguments, arguments are JSON text to be parsed as the harness would)
@@ -126,6 +127,17 @@ class Result:
     value: Any
     line: int | None
     where: str | None = None
+    # Whether the call failed, where the trace says (an Anthropic / Claude Code
+    # ``is_error``); ``None``: it does not, and the guard reads the result.
+    error: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """A human message in the run's conversation (not a tool result): the guard is told,
+    as a live harness tells it (``Guard.user_message``)."""
+
+    run: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +163,7 @@ class RunEnd:
     run: str
 
 
-Event = Turn | Result | Problem | RunEnd
+Event = Turn | Result | UserMessage | Problem | RunEnd
 
 
 def location(path: str, line: int | None, where: str | None) -> str:
@@ -202,37 +214,21 @@ def _id(value: Any) -> str | None:
     return None
 
 
-_TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
-# First characters of a text that may be JSON worth parsing (``null`` too).
-_JSON_STARTS: Final = frozenset({"[", "{", '"', "n"})
+# What the guard makes of a logged result's content: the one source, shared with
+# ``Guard.observe`` (so the live guard and replay agree).
+result_value = content_value
 
 
-def result_value(raw: Any) -> Any:
-    """A tool result as logged, turned into what the tool returned, as far as the log tells:
-    a list of content blocks that are all text is their text, joined by newlines; a text that
-    is a JSON array, object, string or ``null`` is that value (tools' results are logged as
-    JSON text: ``"[]"`` is an empty list). Anything else is as logged."""
-    if type(raw) is list and raw:
-        texts = []
-        for block in raw:
-            if type(block) is not dict or block.get("type") not in _TEXT_BLOCKS:
-                return raw
-            text = block.get("text")
-            if type(text) is not str:
-                return raw
-            texts.append(text)
-        raw = "\n".join(texts)
-    if type(raw) is str:
-        first = raw[:1]
-        if first not in _JSON_STARTS and not first.isspace():
-            return raw  # plain text (the common case), without copying it to strip it
-        text = raw.strip()
-        if text[:1] in ("[", "{", '"') or text == "null":
-            try:
-                return json.loads(text)
-            except (ValueError, RecursionError):
-                pass
-    return raw
+def _has_text(content: Any) -> bool:
+    """A user message's content holds words of a person (text, not only tool results)."""
+    if isinstance(content, str):
+        return bool(content.strip())
+    if isinstance(content, list):
+        return any(
+            isinstance(block, dict) and block.get("type") in ("text", "input_text")
+            for block in content
+        )
+    return False
 
 
 def _block_results(content: Any, run: str, line: int | None, where: str | None) -> list[Result]:
@@ -249,7 +245,9 @@ def _block_results(content: Any, run: str, line: int | None, where: str | None) 
             call_id = _id(block.get("tool_use_id"))
             if call_id is not None:
                 value = result_value(block.get("content"))
-                results.append(Result(run, call_id, value, line, where))
+                flag = block.get("is_error")
+                error = flag if isinstance(flag, bool) else None
+                results.append(Result(run, call_id, value, line, where, error))
     return results
 
 
@@ -398,7 +396,7 @@ class Conversation:
 
     def feed(
         self, element: Any, size: int, line: int | None, where: str | None, path: str
-    ) -> Iterator[Turn | Result | Problem]:
+    ) -> Iterator[Turn | Result | UserMessage | Problem]:
         if not isinstance(element, dict):
             yield Problem(path, line, f"not a message: {type(element).__name__}", where)
             return
@@ -484,7 +482,10 @@ class Conversation:
                     value = result_value(element.get("content"))
                     yield Result(self.run, call_id, value, line, where)
             else:
-                yield from _block_results(element.get("content"), self.run, line, where)
+                content = element.get("content")
+                yield from _block_results(content, self.run, line, where)
+                if role == "user" and _has_text(content):
+                    yield UserMessage(self.run)
         self._sent += size
 
     def _item_result(
@@ -575,7 +576,7 @@ def _base_bytes(doc: dict[str, Any]) -> int:
 
 def conversation(
     items: list[Any], run: str, path: str, line: int | None, base: int = 0, prefix: str = ""
-) -> Iterator[Turn | Result | Problem]:
+) -> Iterator[Turn | Result | UserMessage | Problem]:
     """Turns of a whole message or item list."""
     conv = Conversation(run, base)
     for index, element in enumerate(items):
@@ -639,14 +640,14 @@ class _ClaudeSession:
         self.id: str | None = None
         self.calls: list[Call] = []
         self.ids: list[str | None] = []
-        self.results: list[Result] = []
+        self.results: list[Result | UserMessage] = []
         self.produced = 0
         self.sent = 0
         self.start = 0
         self.line = 0
         self.usage: Usage | None = None
 
-    def flush(self, run: str) -> Iterator[Turn | Result]:
+    def flush(self, run: str) -> Iterator[Turn | Result | UserMessage]:
         if self.id is not None:
             yield Turn(
                 run,
@@ -1121,11 +1122,16 @@ class Reader:
             session = self._claude[run] = _ClaudeSession()
         if kind == "user":
             session.sent += size
-            results = _block_results(message.get("content"), run, line, None)
+            content = message.get("content")
+            events: list[Result | UserMessage] = []
+            events += _block_results(content, run, line, None)
+            # Meta lines are Claude Code's own (command output, caveats), not a person's.
+            if not value.get("isMeta") and _has_text(content):
+                events.append(UserMessage(run))
             if session.id is not None:
-                session.results += results
+                session.results += events
             else:
-                yield from results
+                yield from events
             return
         if message.get("model") == "<synthetic>":
             # Written by Claude Code itself (an API error, an interruption): no model call.

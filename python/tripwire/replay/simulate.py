@@ -80,6 +80,7 @@ from tripwire.replay.formats import (
     Result,
     RunEnd,
     Turn,
+    UserMessage,
     location,
 )
 
@@ -498,6 +499,9 @@ class Fleet:
             elif type(event) is Result:
                 if self._observe:
                     self._result(file_index, event, path)
+            elif type(event) is UserMessage:
+                if self._observe:
+                    self._user_message(file_index, event)
             elif type(event) is Problem:
                 self.problem(event)
             elif type(event) is RunEnd:
@@ -677,9 +681,15 @@ class Fleet:
         guard = run.guard
         assert guard is not None
         try:
-            guard.observe(verdict, result.value)
+            guard.observe(verdict, result.value, error=result.error)
         except (RecursionError, TypeError, ValueError) as exc:
             self.problem(Problem(path, result.line, f"result not observed: {exc}", result.where))
+
+    def _user_message(self, file_index: int, message: UserMessage) -> None:
+        """A person spoke: the same successful call once per user message is no loop."""
+        run = self._open.get((file_index, message.run))
+        if run is not None and run.stop is None and run.guard is not None:
+            run.guard.user_message()
 
     def _check_turn(
         self, guard: tripwire.Guard, calls: list[Call]

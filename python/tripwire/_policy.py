@@ -1,0 +1,331 @@
+"""Tool policies: declared with ``Guard(tools=...)``, or inferred from what the harness
+already has (the tool's name, its definition's MCP annotations). One source for both
+backends: the native guard calls ``check_tools`` and ``infer_policy``.
+
+A policy says what a call may do to the world, which is what tells a loop from progress:
+
+- ``read``: changes nothing; its repeats with nothing between are refused unseen. Declared
+  reads may also be served from the run's result cache (``Guard.record``).
+- ``volatile``: a read whose answer moves on its own (builds, queues, live metrics); never
+  cached.
+- ``poll``: a volatile read meant to be repeated while waiting, up to ``max_polls`` a run.
+- ``write``: changes the world: a repeat of another call after it is a new question.
+- no policy: a tool of unknown kind (a shell command may do anything). After one, a repeat
+  is run and judged by its result rather than refused unseen.
+
+Inference never says ``poll`` (that would change verdicts without results) and never makes
+a tool cacheable (whether a read's answer outlives a run is for its author to say).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal
+
+Policy = Literal["read", "write", "volatile", "poll"]
+Whitespace = Literal["collapse", "keep"]
+Source = Literal["declared", "definition", "name"]
+
+POLICIES: Final = ("read", "write", "volatile", "poll")
+# How many times a run may repeat one call to a "poll" tool, unless its policy says.
+DEFAULT_MAX_POLLS: Final = 20
+
+
+class ToolPolicy:
+    """A tool's policy: its kind; for polls the most times one call may repeat in a run;
+    what counts as an empty result (nothing at all, with ``empty_answers``: empty results
+    are answers for this tool; or the built-in empties plus the digests of listed values);
+    whether its string arguments keep their whitespace in the key (code, patches); and
+    where it came from."""
+
+    __slots__ = (
+        "empty_answers",
+        "empty_digests",
+        "kind",
+        "max_polls",
+        "source",
+        "whitespace",
+    )
+
+    def __init__(
+        self,
+        kind: Policy | None,
+        max_polls: int = DEFAULT_MAX_POLLS,
+        empty_digests: frozenset[str] = frozenset(),
+        empty_answers: bool = False,
+        whitespace: Whitespace = "collapse",
+        source: Source = "declared",
+    ) -> None:
+        self.kind = kind
+        self.max_polls = max_polls
+        self.empty_digests = empty_digests
+        self.empty_answers = empty_answers
+        self.whitespace = whitespace
+        self.source = source
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+_SETTINGS: Final = ("policy", "max_polls", "empty", "whitespace")
+
+
+def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
+    """The policy, and its form for ``repr``."""
+    if not isinstance(spec, Mapping):
+        return ToolPolicy(_check_policy_name(tool, spec)), spec
+    unknown = sorted(repr(k) for k in spec if k not in _SETTINGS)
+    if unknown:
+        raise ValueError(
+            f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
+            "expected 'policy', 'max_polls', 'empty' or 'whitespace'"
+        )
+    kind = _check_policy_name(tool, spec.get("policy"))
+    shown: dict[str, object] = {"policy": kind}
+    policy = ToolPolicy(kind)
+    if "max_polls" in spec:
+        if kind != "poll":
+            raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
+        policy.max_polls = check_int("max_polls", spec["max_polls"], 1)
+        shown["max_polls"] = policy.max_polls
+    if "empty" in spec:
+        from tripwire._results import digest, unwrap
+
+        empty = spec["empty"]
+        if empty is False:
+            policy.empty_answers = True
+            shown["empty"] = False
+        elif isinstance(empty, (list, tuple)):
+            digests = (digest("result", unwrap(v)[0]) for v in empty)
+            policy.empty_digests = frozenset(d for d in digests if d is not None)
+            shown["empty"] = list(empty)
+        else:
+            raise TypeError(
+                f"empty for tool {tool!r} must be a list of results that count as empty, "
+                f"or False, not {type(empty).__name__}"
+            )
+    if "whitespace" in spec:
+        whitespace = spec["whitespace"]
+        if whitespace != "keep" and whitespace != "collapse":
+            raise ValueError(
+                f"whitespace for tool {tool!r} must be 'keep' or 'collapse', not {whitespace!r}"
+            )
+        policy.whitespace = whitespace
+        shown["whitespace"] = whitespace
+    return policy, shown
+
+
+def _check_policy_name(tool: str, policy: object) -> Policy:
+    # Spelled out, so that the type checker knows which Literal comes back.
+    if policy == "read" or policy == "write" or policy == "volatile" or policy == "poll":
+        return policy
+    raise ValueError(
+        f"unknown policy {policy!r} for tool {tool!r}: expected one of "
+        + ", ".join(repr(p) for p in POLICIES)
+    )
+
+
+def check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolicy], str]:
+    """The declared policies by tool name, and their ``repr``."""
+    if tools is None:
+        return {}, "{}"
+    if not isinstance(tools, Mapping):
+        kind = type(tools).__name__
+        raise TypeError(f"tools must be a mapping of tool name to policy, not {kind}")
+    checked: dict[str, ToolPolicy] = {}
+    shown: dict[str, object] = {}
+    for tool, spec in tools.items():
+        if not isinstance(tool, str):
+            raise TypeError(f"tool names in tools must be str, not {type(tool).__name__}")
+        checked[tool], shown[tool] = _check_tool_policy(tool, spec)
+    return checked, repr(shown)
+
+
+# -- inference --------------------------------------------------------------------------------
+
+# The tools of the well-known harnesses (FIELD.md), by exact name: (policy, whitespace).
+# Shell tools have no policy: a command may read or change anything. Editing tools keep the
+# whitespace of their arguments, which the tool sees: an edit retried with corrected line
+# breaks is a different edit.
+_KEEP: Final = "keep"
+KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
+    # Claude Code
+    "Read": ("read", "collapse"),
+    "Grep": ("read", "collapse"),
+    "Glob": ("read", "collapse"),
+    "LS": ("read", "collapse"),
+    "NotebookRead": ("read", "collapse"),
+    "WebFetch": ("read", "collapse"),
+    "WebSearch": ("volatile", "collapse"),
+    "Edit": ("write", _KEEP),
+    "MultiEdit": ("write", _KEEP),
+    "Write": ("write", _KEEP),
+    "NotebookEdit": ("write", _KEEP),
+    # A to-do list, or a thought written down, changes nothing the other tools see
+    # (tau-bench's and Anthropic's "think" tool).
+    "TodoWrite": ("volatile", "collapse"),
+    "think": ("volatile", "collapse"),
+    "Bash": (None, "collapse"),
+    # Polls a background shell: judged by its output, which moves while the shell runs.
+    "BashOutput": (None, "collapse"),
+    "Task": (None, "collapse"),
+    # OpenHands
+    "str_replace_editor": ("write", _KEEP),
+    "execute_bash": (None, "collapse"),
+    "execute_ipython_cell": (None, "collapse"),
+    # Codex CLI
+    "shell": (None, "collapse"),
+    "local_shell": (None, "collapse"),
+    "apply_patch": ("write", _KEEP),
+    "update_plan": ("volatile", "collapse"),
+    # SWE-agent (scroll_up/scroll_down move the view: no policy, judged by their results)
+    "open": ("read", "collapse"),
+    "goto": ("read", "collapse"),
+    "find_file": ("read", "collapse"),
+    "search_file": ("read", "collapse"),
+    "search_dir": ("read", "collapse"),
+    "edit": ("write", _KEEP),
+    "create": ("write", "collapse"),
+    "scroll_up": (None, "collapse"),
+    "scroll_down": (None, "collapse"),
+    # Gemini CLI
+    "read_file": ("read", "collapse"),
+    "read_many_files": ("read", "collapse"),
+    "list_directory": ("read", "collapse"),
+    "search_file_content": ("read", "collapse"),
+    "glob": ("read", "collapse"),
+    "web_fetch": ("read", "collapse"),
+    "google_web_search": ("volatile", "collapse"),
+    "write_file": ("write", _KEEP),
+    "replace": ("write", _KEEP),
+    "run_shell_command": (None, "collapse"),
+    "save_memory": ("write", "collapse"),
+}
+
+# A tool name's first word (snake_case, camelCase, kebab-case, dotted or namespaced MCP
+# names such as "github.create_issue" or "mcp__github__create_issue" use the last part).
+_WRITE_VERBS: Final = frozenset(
+    [
+        "write",
+        "edit",
+        "create",
+        "delete",
+        "remove",
+        "update",
+        "set",
+        "apply",
+        "add",
+        "insert",
+        "put",
+        "post",
+        "send",
+        "cancel",
+        "modify",
+        "move",
+        "rename",
+        "upload",
+        "patch",
+        "replace",
+        "book",
+        "transfer",
+        "exchange",
+        "return",
+    ]
+)
+_READ_VERBS: Final = frozenset(
+    [
+        "get",
+        "list",
+        "read",
+        "find",
+        "search",
+        "fetch",
+        "view",
+        "show",
+        "describe",
+        "query",
+        "lookup",
+        "count",
+    ]
+)
+_WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def _first_word(name: str) -> str:
+    last = re.split(r"__|[./:]", name)[-1]
+    match = _WORD.search(last)
+    return match.group(0).lower() if match else ""
+
+
+def _from_definition(definition: Any) -> tuple[str, Policy | None] | None:
+    """The name a definition gives its tool, and the policy its annotations say (``None``:
+    they say nothing). MCP ``Tool`` objects, and dicts as the SDKs hold tool lists."""
+    if not isinstance(definition, Mapping):
+        dump = getattr(definition, "model_dump", None)
+        if not callable(dump):
+            return None
+        definition = dump(mode="json", by_alias=True)
+        if not isinstance(definition, Mapping):
+            return None
+    function = definition.get("function")
+    if isinstance(function, Mapping):  # OpenAI {"type": "function", "function": {...}}
+        definition = function
+    name = definition.get("name")
+    if not isinstance(name, str):
+        return None
+    hints = definition.get("annotations")
+    if not isinstance(hints, Mapping):
+        return name, None
+    if hints.get("readOnlyHint") is True:
+        # An open-world read (web, live systems) answers differently over time.
+        return name, "volatile" if hints.get("openWorldHint") is True else "read"
+    if hints.get("destructiveHint") is True or hints.get("readOnlyHint") is False:
+        return name, "write"
+    return name, None
+
+
+def check_definitions(definitions: Iterable[Any] | None) -> dict[str, Policy]:
+    """The policies tool definitions' annotations say, by tool name."""
+    if definitions is None:
+        return {}
+    if isinstance(definitions, (str, bytes, Mapping)):
+        raise TypeError(
+            "definitions must be an iterable of tool definitions, "
+            f"not a single {type(definitions).__name__}"
+        )
+    found: dict[str, Policy] = {}
+    for definition in definitions:
+        described = _from_definition(definition)
+        if described is None:
+            raise TypeError(
+                "each of definitions must be a tool definition with a 'name' "
+                f"(an MCP Tool, or a dict as the SDKs hold them), not {type(definition).__name__}"
+            )
+        name, policy = described
+        if policy is not None:
+            found[name] = policy
+    return found
+
+
+def infer_policy(name: str, definitions: Mapping[str, Policy]) -> ToolPolicy | None:
+    """The policy of an undeclared tool, from its definition's annotations, the well-known
+    harnesses' tools, or its name's verb; ``None`` where none of them says."""
+    annotated = definitions.get(name)
+    known = KNOWN_TOOLS.get(name)
+    whitespace: Whitespace = known[1] if known is not None else "collapse"
+    if annotated is not None:
+        return ToolPolicy(annotated, whitespace=whitespace, source="definition")
+    if known is not None:
+        kind = known[0]
+    else:
+        verb = _first_word(name)
+        kind = "write" if verb in _WRITE_VERBS else "read" if verb in _READ_VERBS else None
+        if kind is None:
+            return None
+    return ToolPolicy(kind, whitespace=whitespace, source="name")

@@ -1,0 +1,188 @@
+"""What the guard makes of a tool's result: one source for both backends (the native guard
+calls ``describe_result``), and for ``tripwire replay``.
+
+Harnesses hold results in many shapes: a plain value, JSON text, a chat tool message, an
+Anthropic ``tool_result`` block or its content list, an MCP ``CallToolResult``, a LangChain
+``ToolMessage``, a Responses ``function_call_output`` item. Each is reduced to what the tool
+returned (its *value*: ids, roles and other envelope fields never count) and whether it
+failed, and if so whether the failure was transient (worth retrying unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Final
+
+from tripwire._keys import call_key
+
+# Content blocks whose text is the result.
+_TEXT_BLOCKS: Final = frozenset({"text", "input_text", "output_text"})
+# First characters of a text that may be JSON worth parsing (``null`` too).
+_JSON_STARTS: Final = frozenset({"[", "{", '"', "n"})
+# Text results that say they are errors, where no flag says either way (tau-bench's tools
+# answer "Error: ..."; Claude Code wraps its own in <tool_use_error>).
+_ERROR_TEXT: Final = re.compile(r"\s*(?:error\b|<tool_use_error>)", re.IGNORECASE)
+# Failures that are worth retrying unchanged: timeouts, rate limits, 5xx, dropped
+# connections, overload. Matched in an error's text only, never in a successful result.
+_TRANSIENT_TEXT: Final = re.compile(
+    r"\b(?:50[0-4]|429|408)\b|timed?[ -]?out|rate[ _-]?limit|too many requests"
+    r"|service unavailable|bad gateway|temporar(?:il)?y unavailable|overloaded"
+    r"|connection (?:reset|refused|aborted|error|closed)|econnreset|econnrefused|etimedout"
+    r"|try again later",
+    re.IGNORECASE,
+)
+# How much of an error's text a message quotes.
+ERROR_TEXT_CHARS: Final = 200
+
+
+def content_value(raw: Any) -> Any:
+    """A result's content as the tool returned it, as far as the harness tells: a list of
+    content blocks that are all text is their text, joined by newlines; a text that is a JSON
+    array, object, string or ``null`` is that value (tools' results are often JSON text:
+    ``"[]"`` is an empty list). Anything else is as it is."""
+    if type(raw) is list and raw:
+        texts = []
+        for block in raw:
+            if type(block) is not dict or block.get("type") not in _TEXT_BLOCKS:
+                return raw
+            text = block.get("text")
+            if type(text) is not str:
+                return raw
+            texts.append(text)
+        raw = "\n".join(texts)
+    if type(raw) is str:
+        first = raw[:1]
+        if first not in _JSON_STARTS and not first.isspace():
+            return raw  # plain text (the common case), without copying it to strip it
+        text = raw.strip()
+        if text[:1] in ("[", "{", '"') or text == "null":
+            try:
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                pass
+    return raw
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def unwrap(result: Any) -> tuple[Any, bool | None]:
+    """The value inside a harness's result envelope, and its error flag if it has one."""
+    if result is None or isinstance(result, (str, int, float, bool)):
+        return content_value(result), None
+    if isinstance(result, (bytes, bytearray)):
+        return content_value(bytes(result).decode("utf-8", "replace")), None
+    if not isinstance(result, (dict, list, tuple)):
+        dump = getattr(result, "model_dump", None)
+        if not callable(dump):
+            return _safe_str(result), None
+        try:
+            result = dump(mode="json")
+        except Exception:
+            # A broken SDK object must not stop the harness: compared by its text.
+            return _safe_str(result), None
+    if type(result) is not dict:
+        return content_value(result), None
+    kind = result.get("type")
+    if kind == "tool_result" or "tool_use_id" in result:
+        # Anthropic / Claude Code tool_result block.
+        return content_value(result.get("content")), _flag(result.get("is_error"))
+    if kind == "function_call_output":
+        return content_value(result.get("output")), None
+    if result.get("role") == "tool" or kind == "tool" or "tool_call_id" in result:
+        # Chat tool message, or a LangChain ToolMessage (its ids never count).
+        return content_value(result.get("content")), result.get("status") == "error" or None
+    if "content" in result and ("isError" in result or "structuredContent" in result):
+        # MCP CallToolResult: the structured content is the answer where there is one.
+        structured = result.get("structuredContent")
+        value = structured if structured is not None else content_value(result.get("content"))
+        return value, _flag(result.get("isError"))
+    return result, None
+
+
+def _error_text(value: Any) -> str:
+    text = value if isinstance(value, str) else _safe_repr(value)
+    text = " ".join(text.split())
+    if len(text) > ERROR_TEXT_CHARS:
+        text = text[: ERROR_TEXT_CHARS - 1] + "…"
+    return text
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def digest(name: str, value: Any) -> str | None:
+    """The key of a value, or ``None`` where it cannot be keyed (nested too deep, an int too
+    long to print, a type JSON cannot write): the guard then knows only that the call ran,
+    and says nothing about whether its result changed."""
+    try:
+        return call_key(name, value)
+    except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
+        return None
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.split()
+    if isinstance(value, (list, dict, tuple)):
+        return len(value) == 0
+    return False
+
+
+def describe_result(
+    result: Any, error: Any, transient: bool | None, policy: Any
+) -> tuple[str | None, bool, bool, bool, str | None]:
+    """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
+    told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
+    results (a failure's digest is its error text's, so it never equals a success's)."""
+    value, flagged = unwrap(result)
+    if error is None or error is True:
+        failed = flagged if flagged is not None else error is True
+        if error is None and flagged is None:
+            failed = isinstance(value, str) and _ERROR_TEXT.match(value) is not None
+        text = _error_text(value) if failed else None
+    elif error is False:
+        failed, text = False, None
+    else:
+        failed = True
+        if isinstance(error, BaseException):
+            message = str(error)
+            text = _error_text(
+                f"{type(error).__name__}: {message}" if message else type(error).__name__
+            )
+            if transient is None and isinstance(error, (TimeoutError, ConnectionError)):
+                transient = True
+        else:
+            text = _error_text(error if isinstance(error, str) else _safe_repr(error))
+    if not failed:
+        key = digest("result", value)
+        empty = key is not None and _policy_empty(value, key, policy)
+        return key, empty, False, False, None
+    assert text is not None
+    if transient is None:
+        transient = _TRANSIENT_TEXT.search(text) is not None
+    return digest("error", text), False, True, bool(transient), text
+
+
+def _policy_empty(value: Any, key: str, policy: Any) -> bool:
+    if policy is not None:
+        if policy.empty_answers:
+            return False
+        if key in policy.empty_digests:
+            return True
+    return _is_empty(value)
