@@ -9,8 +9,10 @@ full: the realistic hot path, with no reset or unusual thresholds in the measure
 One pytest-benchmark round is the 13 calls (a loop), in every candidate alike; the ratio
 table times the 13 calls unrolled and reports per call.
 
-Issue target: native ``check`` within 1.3x of native ``call_key``. ``test_ratios_guard``
-prints it; nothing here asserts on time.
+Issue targets: native ``check`` within 1.3x of native ``call_key``; a check with policies
+inferred (the default since issue 16: the tool's policy is looked up by name, once per tool
+name and guard) within 1.2x of one without (``infer=False``, the check before issue 16).
+``test_ratios_guard`` prints them; nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import tripwire.reference as reference
 from payloads import SEED
 
 CHECK_TARGET = 1.3
+INFER_TARGET = 1.2
 
 SEED_NAME, SEED_ARGS = SEED
 CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -34,9 +37,9 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 BENCH = pytest.mark.benchmark(min_rounds=20, max_time=0.5, warmup=True, warmup_iterations=100)
 
 
-def steady_guard(module: Any) -> Any:
+def steady_guard(module: Any, *, infer: bool = True) -> Any:
     """A default guard with a full window, ready to take ``CALLS`` in rotation."""
-    guard = module.Guard()
+    guard = module.Guard(infer=infer)
     for name, args in CALLS:
         assert guard.check(name, args).action == "allow"
     return guard
@@ -63,11 +66,16 @@ def _rotation(call: Callable[[str, Any], object]) -> Callable[[], None]:
 
 
 @BENCH
-@pytest.mark.parametrize("candidate", ["native check", "reference check", "native call_key"])
+@pytest.mark.parametrize(
+    "candidate",
+    ["native check", "native check, infer=False", "reference check", "native call_key"],
+)
 def test_guard(benchmark: Any, candidate: str) -> None:
     benchmark.group = f"Guard.check seed, steady state ({len(CALLS)} calls per round)"
     if candidate == "native check":
         fn = steady_guard(native).check
+    elif candidate == "native check, infer=False":
+        fn = steady_guard(native, infer=False).check
     elif candidate == "reference check":
         fn = steady_guard(reference).check
     else:
@@ -79,6 +87,7 @@ def test_ratios_guard() -> None:
     """Prints native vs reference ``check`` and native ``check`` vs ``call_key``, per call."""
     namespace: dict[str, Any] = {
         "native_check": steady_guard(native).check,
+        "native_plain": steady_guard(native, infer=False).check,
         "reference_check": steady_guard(reference).check,
         "native_key": native.call_key,
     }
@@ -89,12 +98,17 @@ def test_ratios_guard() -> None:
         return "; ".join(f"{fn}(n{i}, a{i})" for i in range(len(CALLS)))
 
     ns = _timing.best_ns(
-        {fn: unrolled(fn) for fn in ("native_check", "reference_check", "native_key")},
+        {
+            fn: unrolled(fn)
+            for fn in ("native_check", "native_plain", "reference_check", "native_key")
+        },
         namespace,
         calls_per_stmt=len(CALLS),
     )
     overhead = ns["native_check"] / ns["native_key"]
     mark = "ok" if overhead <= CHECK_TARGET else "MISS"
+    inference = ns["native_check"] / ns["native_plain"]
+    infer_mark = "ok" if inference <= INFER_TARGET else "MISS"
     header = [
         "call",
         "native check",
@@ -102,6 +116,7 @@ def test_ratios_guard() -> None:
         "native call_key",
         "ref/native check",
         "native check/call_key",
+        "infer on/off",
     ]
     row = [
         "seed",
@@ -110,6 +125,7 @@ def test_ratios_guard() -> None:
         _timing.fmt_ns(ns["native_key"]),
         f"{ns['reference_check'] / ns['native_check']:.1f}x",
         f"{overhead:.2f}x {mark}",
+        f"{inference:.2f}x {infer_mark}",
     ]
     _timing.report(
         _timing.table(
@@ -120,6 +136,8 @@ def test_ratios_guard() -> None:
                 "ref/native check: native speed-up over the reference guard.",
                 f"native check/call_key: what the guard adds to the key (target <="
                 f" {CHECK_TARGET:g}x).",
+                "infer on/off: a check with policies inferred against one with infer=False"
+                f" (target <= {INFER_TARGET:g}x).",
             ],
         )
     )

@@ -175,8 +175,10 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     # Polls a background shell: judged by its output, which moves while the shell runs.
     "BashOutput": (None, "collapse"),
     "Task": (None, "collapse"),
-    # OpenHands
-    "str_replace_editor": ("write", _KEEP),
+    # OpenHands (and SWE-agent's tool of the same name): one tool that views, creates,
+    # edits and undoes, by its "command". No policy, so each repeat is judged by its result:
+    # a second undo_edit undoes another edit, a view repeated with nothing between is not.
+    "str_replace_editor": (None, _KEEP),
     "execute_bash": (None, "collapse"),
     "execute_ipython_cell": (None, "collapse"),
     # Codex CLI
