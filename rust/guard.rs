@@ -320,14 +320,18 @@ struct Repeats {
 }
 
 impl<V, R, N> RunState<V, R, N> {
-    /// The verdict a call already has: the one given to the same call id for the same call
-    /// before, or the stop the run ended with.
+    /// The verdict a retried delivery gets: the one given to the same call id for the same
+    /// call, still unanswered.
     pub fn recall(&self, call_id: Option<&[u8]>, key: Key) -> Option<&V> {
         call_id
             .and_then(|id| self.by_call_id.get(id))
             .filter(|r| r.key == key && !r.answered)
             .map(|r| &r.verdict)
-            .or(self.stopped.as_ref())
+    }
+
+    /// The stop the run ended with, if it has.
+    pub fn stopped(&self) -> Option<&V> {
+        self.stopped.as_ref()
     }
 
     /// True when this call id was given to this very call, still unanswered: a retried
@@ -894,8 +898,7 @@ mod tests {
             .collect();
         use Action::*;
         assert_eq!(actions, [Allow, Allow, Allow, Allow, Stop]);
-        let last = state.recall(None, 7);
-        assert_eq!(last, Some(&"stop"));
+        assert_eq!(state.stopped(), Some(&"stop"));
     }
 
     #[test]
@@ -1101,7 +1104,7 @@ mod tests {
         assert_eq!(actions, [Allow, Allow, Allow, Allow, Nudge, Stop]);
         assert_eq!(state.steps(), 6);
         assert_eq!(state.len(), 5, "the stopped call is not appended");
-        assert_eq!(state.recall(None, 4), Some(&"stop"));
+        assert_eq!(state.stopped(), Some(&"stop"));
     }
 
     #[test]

@@ -109,6 +109,8 @@ enum VerdictDetail {
     Empty(u32, Vec<Py<PyString>>),
     Cycle(Vec<Py<PyString>>, bool),
     PollLimit(u32),
+    /// A call checked after the run stopped: the stop's tool, repeats and detail.
+    After(Py<PyString>, u32, Box<VerdictDetail>),
 }
 
 fn copy_names(py: Python<'_>, names: &[Py<PyString>]) -> Vec<Py<PyString>> {
@@ -127,6 +129,9 @@ impl VerdictDetail {
                 VerdictDetail::Cycle(copy_names(py, tools), *writes)
             }
             VerdictDetail::PollLimit(n) => VerdictDetail::PollLimit(*n),
+            VerdictDetail::After(tool, n, detail) => {
+                VerdictDetail::After(tool.clone_ref(py), *n, Box::new(detail.copy(py)))
+            }
         }
     }
 
@@ -160,6 +165,12 @@ impl VerdictDetail {
                 PyBool::new(py, *writes).to_owned().into_any(),
             ]),
             VerdictDetail::PollLimit(n) => tuple(vec![text("poll"), int(*n)?]),
+            VerdictDetail::After(tool, n, detail) => tuple(vec![
+                text("after"),
+                tool.bind(py).clone().into_any(),
+                int(*n)?,
+                detail.to_python(py)?,
+            ]),
         }
     }
 }
@@ -184,6 +195,37 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The run's stop, for a call checked after it: the call's own id, tool and key, the
+    /// stop's message (the reference's `_decide`).
+    fn after_stop(
+        &self,
+        py: Python<'_>,
+        tool: &Bound<'_, PyString>,
+        key: Key,
+        call_id: Option<Py<PyString>>,
+        invalid_arguments: Option<Py<PyString>>,
+    ) -> Verdict {
+        Verdict {
+            action: self.action,
+            reason: self.reason,
+            tool: tool.clone().unbind(),
+            key,
+            repeats: self.repeats,
+            step: self.step,
+            cached: None,
+            call_id,
+            duplicate_of: None,
+            invalid_arguments,
+            window: self.window,
+            budget: self.budget.clone(),
+            detail: VerdictDetail::After(
+                self.tool.clone_ref(py),
+                self.repeats,
+                Box::new(self.detail.copy(py)),
+            ),
+        }
+    }
+
     /// An identical verdict (a new object with the same fields).
     fn duplicate(&self, py: Python<'_>) -> Verdict {
         self.copy(
@@ -597,6 +639,15 @@ impl Guard {
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
             return known.duplicate(py);
         }
+        if let Some(stop) = state.stopped() {
+            return stop.after_stop(
+                py,
+                name,
+                key,
+                call_id.map(|c| c.object.clone_ref(py)),
+                invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
+            );
+        }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
         let decision: Decision = state.decide(&self.limits, key, tool, rule);
         let error = |digest: &Key| match state.error_text(*digest) {
@@ -814,7 +865,15 @@ impl Guard {
             } else {
                 None
             };
-            prepared.push(self.prepare(py, &name, &args, call_id.as_ref())?);
+            // Arguments as text are JSON text (OpenAI-style), keyed as `check_json` keys them.
+            let is_text = args.is_instance_of::<PyString>()
+                || args.is_instance_of::<pyo3::types::PyBytes>()
+                || args.is_instance_of::<pyo3::types::PyByteArray>();
+            prepared.push(if is_text {
+                self.prepare_json(py, &name, &args, call_id.as_ref())?
+            } else {
+                self.prepare(py, &name, &args, call_id.as_ref())?
+            });
         }
         let mut released = Released::default();
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(prepared.len());

@@ -187,7 +187,19 @@ def test_budget_exhausted_is_not_loop_detected(tw: ModuleType) -> None:
     assert guard.stopped
     assert guard.steps == 4
     assert len(guard) == 3
-    assert fields(guard.check("other", {})) == fields(over)
+    assert same_stop(guard.check("other", {}), over, "other")
+
+
+def same_stop(verdict: Any, stop: Any, tool: str, call_id: str | None = None) -> bool:
+    """``verdict`` is the run's stop, answering a call checked after it: the stop's action,
+    reason, step, repeats and message, with the call's own tool and id (issue 19: a harness
+    must answer every call id of a stopped turn, and match them by id, not position)."""
+    same = ("action", "reason", "step", "repeats", "message")
+    return (
+        all(getattr(verdict, f) == getattr(stop, f) for f in same)
+        and (verdict.tool, verdict.call_id) == (tool, call_id)
+        and (verdict.cached, verdict.duplicate_of) == (None, None)
+    )
 
 
 def test_budget_stop_of_a_repeated_call(tw: ModuleType) -> None:
@@ -223,8 +235,9 @@ def test_stop_latches_until_reset(tw: ModuleType) -> None:
         ("list_services", {}, "fresh-id"),
     ]:
         again = guard.check(name, args, call_id=call_id)
-        assert fields(again) == fields(stop)
-    assert fields(guard.check_turn([("a", {}), ("b", {})])[1]) == fields(stop)
+        assert same_stop(again, stop, name, call_id)
+        assert again.key == tw.call_key(name, args)
+    assert same_stop(guard.check_turn([("a", {}), ("b", {}, "c2")])[1], stop, "b", "c2")
     assert guard.steps == 3
     assert guard.stopped
 
@@ -336,8 +349,7 @@ def test_call_id_retry_after_stop_gets_its_first_answer(tw: ModuleType) -> None:
     assert fields(guard.check("a", {}, call_id="c1")) == fields(allowed)
     assert fields(guard.check("a", {}, call_id="c3")) == fields(stop)
     latched = guard.check("a", {}, call_id="c4")
-    assert latched.action == "stop"
-    assert latched.call_id is None, "the latched stop belongs to no call id"
+    assert same_stop(latched, stop, "a", "c4"), "the run's stop, answering call c4"
 
 
 def test_call_id_memory_is_bounded(tw: ModuleType) -> None:
@@ -408,7 +420,9 @@ def test_parallel_duplicates_do_not_trip_the_guard(tw: ModuleType) -> None:
         ("stop", 0),
         ("stop", None),
     ]
-    assert third[2].tool == "read_file", "the stop latch answers the rest of the turn"
+    # The stop answers the rest of the turn, each call by its own tool.
+    assert third[2].tool == "other"
+    assert third[2].message == third[0].message
     assert guard.steps == 3
 
 
@@ -1000,3 +1014,29 @@ def test_triage_run_verdicts_agree() -> None:
             verdicts.append(guard.check("get_logs", get_logs_args(step), call_id=f"s{step}"))
         runs.append(([fields(v) for v in verdicts], state(guard), repr(guard)))
     assert runs[0] == runs[1]
+
+
+def test_check_turn_takes_json_text_arguments(tw: ModuleType) -> None:
+    """Issue 19: OpenAI-style ``arguments`` strings go to ``check_turn`` as they are. They are
+    keyed as their JSON value (respelled copies of one call are duplicates), broken text is
+    keyed by its raw text and answered, and every verdict carries its own id."""
+    guard = tw.Guard()
+    turn = [
+        ("get_logs", '{"service": "checkout", "since": "15m"}', "call_a"),
+        ("get_logs", b'{"since":"15m","service":"checkout "}', "call_b"),
+        ("search", '{"q": "refund', "call_c"),
+        ("get_logs", {"service": "checkout", "since": "15m"}, "call_d"),
+    ]
+    verdicts = guard.check_turn(turn)
+    assert [(v.call_id, v.action, v.duplicate_of) for v in verdicts] == [
+        ("call_a", "allow", None),
+        ("call_b", "allow", 0),
+        ("call_c", "allow", None),
+        ("call_d", "allow", 0),
+    ]
+    assert verdicts[0].key == tw.call_key("get_logs", {"service": "checkout", "since": "15m"})
+    assert verdicts[2].invalid_arguments is not None
+    assert guard.steps == 2
+    # The same broken text again is the same call.
+    again = guard.check_turn([("search", '{"q": "refund', "call_e")])
+    assert (again[0].action, again[0].repeats) == ("nudge", 2)

@@ -150,10 +150,12 @@ json_texts = st.one_of(
     st.sampled_from(('{"service": "checkout",', "not json", "", '{"cursor": "p1"} trailing')),
 )
 call_ids = st.sampled_from((None, None, None, "c0", "c1", "c2", "toolu_ç", "c\udc00"))
+# Arguments in a turn: values, or JSON text (issue 19), broken text included.
+turn_args = calls_args | json_texts
 turn_calls = st.lists(
     st.one_of(
-        st.tuples(names, calls_args),
-        st.tuples(names, calls_args, call_ids),
+        st.tuples(names, turn_args),
+        st.tuples(names, turn_args, call_ids),
     ),
     min_size=1,
     max_size=5,
@@ -341,7 +343,9 @@ class GuardParity(RuleBasedStateMachine):
         native, reference = self.both(lambda g: g.check_turn(calls))
         assert len(native) == len(reference) == len(calls)
         for n, r, call in zip(native, reference, calls, strict=True):
-            self.agree(n, r, (call[0], call[1]))
+            # Text arguments are JSON text: not a call ``check`` could make again.
+            text = isinstance(call[1], (str, bytes))
+            self.agree(n, r, None if text else (call[0], call[1]))
 
     @precondition(lambda self: self.pairs)
     @rule(data=st.data(), result=st.sampled_from(RESULTS))

@@ -432,8 +432,9 @@ def test_hostile_arguments_leave_the_guard_unchanged(
         primed.guard.check("deploy", make())
     with pytest.raises(error):
         primed.guard.check("get_logs", {"wrapped": make()}, call_id="c1")
-    with pytest.raises(error):
-        primed.guard.check_turn([("deploy", {"ok": 1}), ("get_logs", make())])
+    if not isinstance(make(), (str, bytes, bytearray)):  # text is JSON text in a turn
+        with pytest.raises(error):
+            primed.guard.check_turn([("deploy", {"ok": 1}), ("get_logs", make())])
     primed.assert_unchanged()
 
 

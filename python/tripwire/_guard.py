@@ -107,6 +107,8 @@ def _ordinal(n: int) -> str:
 #   ("cycle", tools, w)   the last calls went twice round a cycle of these tools (w: of writes
 #                         and reads, where only the writes' results had to be the same)
 #   ("poll", limit)       a poll tool reached its limit
+#   ("after", tool, n, d) a call checked after the run stopped: the stop's own tool, repeats
+#                         and detail, so that its message is the stop's
 Detail = tuple[Any, ...] | None
 
 _DO_NOT_REPEAT: Final = (
@@ -160,6 +162,8 @@ def stop_message(
     budget: int | str | None,
     detail: Detail = None,
 ) -> str:
+    if detail is not None and detail[0] == "after":
+        return stop_message(reason, detail[1], detail[2], window, budget, detail[3])
     if reason == "budget_exhausted":
         return f"Stopped (budget_exhausted): the budget of {budget} tool calls is spent."
     if reason == "no_progress":
@@ -545,32 +549,40 @@ class Guard:
         the call (a model that keeps sending the same broken arguments is looping too), and
         ``Verdict.invalid_arguments`` says what is wrong with it."""
         call_id = _check_call_id(call_id)
-        invalid: str | None = None
         if isinstance(name, str):
             with self._locked():
                 policy = self._policy(_exact(name))
         else:
             policy = None
-        try:
-            if policy is not None and policy.whitespace == "keep":
-                key = verbatim_key_json(name, text, self._volatile)
-            else:
-                key = call_key_json(name, text, volatile_keys=self._volatile)
-        except ValueError as exc:
-            key = invalid_json_key(name, text)
-            invalid = str(exc)
+        key, invalid = self._json_key(name, text, policy)
         with self._locked():
             return self._decide(_exact(name), key, policy, call_id, invalid)
+
+    def _json_key(
+        self, name: str, text: str | bytes | bytearray, policy: ToolPolicy | None
+    ) -> tuple[str, str | None]:
+        """The key of arguments given as JSON text, and what is wrong with the text, if it is
+        not valid JSON (then the raw text keys the call)."""
+        try:
+            if policy is not None and policy.whitespace == "keep":
+                return verbatim_key_json(name, text, self._volatile), None
+            return call_key_json(name, text, volatile_keys=self._volatile), None
+        except ValueError as exc:
+            return invalid_json_key(name, text), str(exc)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
 
-        Each call is ``(name, args)`` or ``(name, args, call_id)``. Identical calls within
-        the turn are one action: counted once, and each later copy's verdict is the first
-        copy's with ``duplicate_of`` set to its index, so the harness can give them the same
-        result. Keys are computed first: if any call is bad, nothing is counted.
+        Each call is ``(name, args)`` or ``(name, args, call_id)``; ``args`` given as text
+        (``str``, ``bytes``, ``bytearray``) is JSON text, keyed as ``check_json`` keys it
+        (OpenAI-style ``arguments``; text that is not valid JSON keys the call by its raw text
+        and the verdict's ``invalid_arguments`` says why). Identical calls within the turn
+        are one action: counted once, and each later copy's verdict is the first copy's with
+        ``duplicate_of`` set to its index, so the harness can give them the same result.
+        Every verdict carries its own call's id and tool, a stopped turn's too. Keys are
+        computed first: if any call is bad, nothing is counted.
         """
-        prepared: list[tuple[str, str, ToolPolicy | None, str | None]] = []
+        prepared: list[tuple[str, str, ToolPolicy | None, str | None, str | None]] = []
         for index, call in enumerate(calls):
             name, args, call_id = _unpack_call(index, call)
             call_id = _check_call_id(call_id)
@@ -579,15 +591,20 @@ class Guard:
             name = _exact(name)
             with self._locked():
                 policy = self._policy(name)
-            prepared.append((name, self._key(name, args, policy), policy, call_id))
+            invalid = None
+            if isinstance(args, (str, bytes, bytearray)):
+                key, invalid = self._json_key(name, args, policy)
+            else:
+                key = self._key(name, args, policy)
+            prepared.append((name, key, policy, call_id, invalid))
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
         with self._locked():
-            for index, (name, key, policy, call_id) in enumerate(prepared):
+            for index, (name, key, policy, call_id, invalid) in enumerate(prepared):
                 earlier = first_of_key.get(key)
                 if earlier is None or self._retried(call_id, key):
                     first_of_key.setdefault(key, index)
-                    verdicts.append(self._decide(name, key, policy, call_id))
+                    verdicts.append(self._decide(name, key, policy, call_id, invalid))
                 else:
                     copy = verdicts[earlier]._replace(duplicate_of=earlier, call_id=call_id)
                     if call_id is not None:
@@ -616,7 +633,22 @@ class Guard:
             assert call_id is not None
             return self._by_call_id[call_id].verdict
         if self._stopped is not None:
-            return self._stopped
+            # The run's stop, for this call: its own id, tool and key, the stop's message.
+            stop = self._stopped
+            after = ("after", stop.tool, stop.repeats, stop._detail)
+            return Verdict(
+                stop.action,
+                stop.reason,
+                name,
+                key,
+                stop.repeats,
+                stop.step,
+                call_id=call_id,
+                invalid_arguments=invalid_arguments,
+                window=self._window_size,
+                budget=self._max_steps,
+                detail=after,
+            )
         step = self._steps + 1
         kind = policy.kind if policy is not None else None
         action, reason, repeats, detail = self._judge(name, key, policy)
