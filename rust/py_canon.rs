@@ -385,12 +385,10 @@ impl KeyHandle for HeldKey {
     }
 }
 
-/// A corner handed to Python: where its JSON text goes, the normalised value, and how deep
-/// in the arguments it was found.
+/// A corner handed to Python: where its JSON text goes, and the normalised value.
 struct Deferred<'py> {
     at: usize,
     value: Bound<'py, PyAny>,
-    depth: usize,
 }
 
 /// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
@@ -486,7 +484,6 @@ impl<'py> Walker<'_, 'py> {
             self.deferred.push(Deferred {
                 at: self.out.len(),
                 value: obj.clone(),
-                depth: 0,
             });
         }
     }
@@ -650,7 +647,6 @@ impl<'py> Walker<'_, 'py> {
         self.deferred.push(Deferred {
             at: self.out.len(),
             value: normalised,
-            depth,
         });
         Ok(())
     }
@@ -663,12 +659,12 @@ impl<'py> Walker<'_, 'py> {
         let dumps = helpers(self.py)?.dumps_normalised.bind(self.py);
         let mut spliced = Vec::with_capacity(self.out.len() + 16 * self.deferred.len());
         let mut copied = 0;
-        for Deferred { at, value, depth } in &self.deferred {
+        for Deferred { at, value } in &self.deferred {
             spliced.extend_from_slice(&self.out[copied..*at]);
-            // As deep as the reference's json.dumps meets it: inside `depth` containers and
-            // the call's own {"tool", "args"} object (it matters where a tuple, which is not
-            // normalised, nests deep enough to reach Python's recursion limit).
-            let text = dumps.call1((value, depth + 1))?;
+            // Its depth, tuples included, was checked by `normalise_at`: json.dumps stays far
+            // from Python's recursion limit, so it is as safe to call from here as from the
+            // reference's walk.
+            let text = dumps.call1((value,))?;
             // json.dumps with ensure_ascii returns ASCII, so the str's bytes are the UTF-8.
             spliced.extend_from_slice(text.cast_into::<PyString>()?.to_str()?.as_bytes());
             copied = *at;

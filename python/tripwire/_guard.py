@@ -36,7 +36,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, Literal
 
-from tripwire._keys import call_key, call_key_json, invalid_json_key, volatile_set
+from tripwire._keys import (
+    UNPARSABLE,
+    call_key,
+    call_key_json,
+    invalid_json,
+    volatile_set,
+)
 
 Action = Literal["allow", "nudge", "stop"]
 Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
@@ -469,16 +475,15 @@ class Guard:
     ) -> Verdict:
         """``check`` for arguments given as JSON text (OpenAI-style ``arguments``).
 
-        Text that is not valid JSON does not raise: the raw text, whitespace collapsed, keys
-        the call (a model that keeps sending the same broken arguments is looping too), and
-        ``Verdict.invalid_arguments`` says what is wrong with it."""
+        Text that is not valid JSON, nested too deep or too big to parse does not raise: the
+        raw text, whitespace collapsed, keys the call (a model that keeps sending the same
+        broken arguments is looping too), and ``Verdict.invalid_arguments`` says why."""
         call_id = _check_call_id(call_id)
         invalid: str | None = None
         try:
             key = call_key_json(name, text, volatile_keys=self._volatile)
-        except ValueError as exc:
-            key = invalid_json_key(name, text)
-            invalid = str(exc)
+        except UNPARSABLE as exc:
+            key, invalid = invalid_json(name, text, exc)
         with self._locked():
             return self._decide(_exact(name), key, call_id, invalid)
 
