@@ -574,6 +574,17 @@ def test_hostile_json_backends_agree(
     assert native[1] == reference[1]
 
 
+def test_mixed_key_types_leave_the_guard_unchanged(module: ModuleType) -> None:
+    """Issue 17: the TypeError says it is about the dict's keys; nothing is counted."""
+    primed = Primed(module)
+    for args in ({None: 1, "a": 2}, {"a": [{"b": 1, 2: 2}]}):
+        with pytest.raises(TypeError, match=r"^dict keys cannot be sorted: keys of types "):
+            primed.guard.check("deploy", args)
+        with pytest.raises(TypeError, match=r"^dict keys cannot be sorted"):
+            primed.guard.check_turn([("deploy", {}), ("deploy", args)])
+    primed.assert_unchanged()
+
+
 class ParseRaises(str):
     """JSON text whose ``startswith`` (which json.loads calls) raises: how a parse that runs
     out of memory or stack looks to check_json, in either backend (both hand a str subclass

@@ -485,6 +485,24 @@ def test_tuples_count_towards_the_depth_limit(impl: Any) -> None:
         impl.call_key("t", nested(257))
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        {None: 1, "a": 2},
+        {"a": 2, None: 1},
+        {"outer": [{"b": 1, 2: 2}]},
+        {1.5: 1, "a": 1, (1,): 2},
+    ],
+)
+def test_mixed_key_types_raise_a_type_error_about_the_keys(impl: Any, args: Any) -> None:
+    """Issue 17: sorted()'s own message names two types and not that they are dict keys."""
+    with pytest.raises(TypeError, match=r"^dict keys cannot be sorted: keys of types ") as raised:
+        impl.call_key("t", args)
+    with pytest.raises(TypeError) as expected:
+        tripwire.reference.call_key("t", args)
+    assert str(raised.value) == str(expected.value)
+
+
 def test_256_levels_need_no_python_stack_headroom(impl: Any) -> None:
     # _keys.py: "the reference must not depend on Python's recursion limit". A harness may
     # call the guard from deep inside its own stack; leave it 400 frames of room.

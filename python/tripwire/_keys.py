@@ -57,6 +57,22 @@ def check_depth(value: Any, depth: int) -> None:
             stack.extend((child, level + 1) for child in children)
 
 
+def _sorted_items(value: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """The dict's items in key order; keys that cannot be ordered raise a TypeError that
+    says so (``sorted``'s own names only the two types)."""
+    try:
+        return sorted(value.items())
+    except TypeError as exc:
+        if any(type(k) is not str for k in value):
+            raise unorderable_keys(value, exc) from exc
+        raise
+
+
+def unorderable_keys(value: dict[Any, Any], exc: TypeError) -> TypeError:
+    kinds = sorted({type(k).__name__ for k in value})
+    return TypeError(f"dict keys cannot be sorted: keys of types {', '.join(kinds)} ({exc})")
+
+
 def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
     """``normalise`` for a value found inside ``depth`` enclosing dicts or lists.
 
@@ -66,7 +82,7 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int) -> Any:
         if depth >= MAX_DEPTH:
             raise _too_deep()
         normalised = {}
-        for k, v in sorted(value.items()):
+        for k, v in _sorted_items(value):
             if k not in volatile and v is not None:
                 normalised[k] = normalise_at(v, volatile, depth + 1)
         return normalised
