@@ -7,9 +7,13 @@ pub mod json;
 pub mod key;
 pub mod numbers;
 mod pack;
+#[cfg(feature = "python")]
 mod py_batch;
+#[cfg(feature = "python")]
 mod py_canon;
+#[cfg(feature = "python")]
 mod py_guard;
+#[cfg(feature = "python")]
 mod py_json;
 pub mod sha_wide;
 pub mod shapes;
@@ -28,8 +32,10 @@ mod test_rng {
     }
 }
 
+#[cfg(feature = "python")]
 use pyo3::prelude::*;
 
+#[cfg(feature = "python")]
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_canon::call_key, m)?)?;
