@@ -821,7 +821,7 @@ fn string_stop(s: &[u8], mut i: usize) -> usize {
 }
 
 /// Bit k set when byte k of `chunk` is a quote, a backslash or a control character.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 fn string_stops(chunk: &[u8; 16]) -> u32 {
     use std::arch::x86_64::{
@@ -839,7 +839,7 @@ fn string_stops(chunk: &[u8; 16]) -> u32 {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn string_stops(chunk: &[u8; 16]) -> u32 {
     chunk.iter().enumerate().fold(0, |mask, (k, &b)| {
         mask | u32::from(b == b'"' || b == b'\\' || b < 0x20) << k

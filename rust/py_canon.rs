@@ -269,19 +269,19 @@ fn push_bmp_units<U: Copy + Into<u32>>(out: &mut Vec<u8>, units: &[U]) {
 /// 16 Latin-1 units as they are, with a mask of those from 0x80 up.
 #[inline(always)]
 fn narrow_latin1(units: &[u8; 16]) -> ([u8; 16], u32) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
     // SAFETY: SSE2 is always available on x86_64; the load reads exactly `units`.
     let wide = unsafe {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_movemask_epi8};
         _mm_movemask_epi8(_mm_loadu_si128(units.as_ptr().cast::<__m128i>())) as u32
     };
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
     let wide = non_ascii_mask(units);
     (*units, wide)
 }
 
 /// Bit k set when unit k is 0x80 or above (the portable twin of the SSE2 masks).
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn non_ascii_mask<U: Copy + Into<u32>>(units: &[U; 16]) -> u32 {
     units.iter().enumerate().fold(0, |mask, (k, &u)| {
         mask | u32::from(Into::<u32>::into(u) >= 0x80) << k
@@ -291,7 +291,7 @@ fn non_ascii_mask<U: Copy + Into<u32>>(units: &[U; 16]) -> u32 {
 /// The low bytes of 16 UCS-2 units, with a mask of the units from 0x80 up: one check and
 /// one narrowing for all (SSE2), where unit by unit cost three times as much on CJK or
 /// Greek JSON text.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     use std::arch::x86_64::{
@@ -317,7 +317,7 @@ fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     (units.map(|u| u as u8), non_ascii_mask(units))
 }
