@@ -13,11 +13,13 @@ Findings of the fuzzers (fuzz/) and of this suite are regression tests here, mar
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import enum
 import gc
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -1141,6 +1143,63 @@ def test_deep_tuples_agree_at_the_depth_limit(lists: str) -> None:
     the backends. Now tuples count towards the 256 levels (checked without recursion before
     json.dumps runs), so the edge is the same in both, and where the lists leave it."""
     isolated("scenario_deep_tuples_edge", lists)
+
+
+# -- nst/JSONTestSuite -----------------------------------------------------------------------------
+
+
+# A JSON parser test suite no one here wrote (318 parsing cases, 22 transform cases). It is
+# not vendored (data fetched from elsewhere is not committed here): point
+# TRIPWIRE_JSONTESTSUITE at a checkout, or put one beside the repository as
+# ../shared/JSONTestSuite. Our own hostile texts above always run.
+def jsontestsuite() -> Path | None:
+    given = os.environ.get("TRIPWIRE_JSONTESTSUITE")
+    beside = Path(__file__).resolve().parent.parent.parent / "shared" / "JSONTestSuite"
+    for root in ([Path(given)] if given else []) + [beside]:
+        if (root / "test_parsing").is_dir():
+            return root
+    return None
+
+
+@pytest.mark.skipif(
+    jsontestsuite() is None,
+    reason="JSONTestSuite not found: set TRIPWIRE_JSONTESTSUITE to a checkout of "
+    "nst/JSONTestSuite, or put it at ../shared/JSONTestSuite beside the repository",
+)
+def test_check_json_gives_every_jsontestsuite_file_a_verdict() -> None:
+    """Issue 17: every file, valid, invalid or implementation-defined, as bytes and (where
+    it decodes) as str: a verdict from each backend, the same one, keyed by the value where
+    the text is JSON (every y_ file is) and by the raw text where it is not."""
+    root = jsontestsuite()
+    assert root is not None
+    paths = sorted((root / "test_parsing").iterdir()) + sorted((root / "test_transform").iterdir())
+    assert len(paths) >= 318
+    backends = [m for m in (NATIVE, REFERENCE) if m is not None]
+    failures: list[str] = []
+    for path in paths:
+        data = path.read_bytes()
+        texts: list[Any] = [data]
+        with contextlib.suppress(UnicodeDecodeError):
+            texts.append(data.decode("utf-8"))
+        for text in texts:
+            verdicts = []
+            for module in backends:
+                try:
+                    verdicts.append(module.Guard().check_json("t", text))
+                except BaseException as exc:  # reported below, with the file's name
+                    failures.append(f"{path.name} ({module.__name__}): {exc!r:.200}")
+            if len(verdicts) != len(backends):
+                continue
+            if len({(v.key, v.invalid_arguments) for v in verdicts}) != 1:
+                failures.append(f"{path.name}: backends disagree")
+            verdict = verdicts[-1]
+            if path.name.startswith("y_") and verdict.invalid_arguments is not None:
+                failures.append(f"{path.name}: valid JSON called invalid")
+            if verdict.invalid_arguments is None:
+                assert verdict.key == REFERENCE.call_key("t", json.loads(text)), path.name
+            else:
+                assert verdict.key == invalid_json_key("t", text), path.name
+    assert not failures, "\n".join(failures)
 
 
 # -- big input -------------------------------------------------------------------------------------
