@@ -36,13 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, Literal
 
-from tripwire._keys import (
-    UNPARSABLE,
-    call_key,
-    call_key_json,
-    invalid_json,
-    volatile_set,
-)
+from tripwire._keys import UNPARSABLE, call_key, call_key_json, invalid_json, volatile_set
 
 Action = Literal["allow", "nudge", "stop"]
 Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
