@@ -26,7 +26,9 @@ lint:
 	$(VENV)/bin/ruff format --check python tests benches examples
 	$(VENV)/bin/ruff check python tests benches examples
 	cargo fmt --check
+	# The pyo3-free core alone, then with the Python extension's modules.
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features python -- -D warnings
 
 .PHONY: typecheck
 typecheck:

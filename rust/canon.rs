@@ -297,7 +297,7 @@ pub(crate) fn chunk_masks(bytes: &[u8], i: usize) -> Masks {
 }
 
 /// [`Masks`] of exactly 16 bytes, with SSE2 (part of the x86_64 baseline).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 fn raw_masks(chunk: &[u8; 16]) -> Masks {
     use std::arch::x86_64::{__m128i, _mm_loadu_si128};
@@ -308,7 +308,7 @@ fn raw_masks(chunk: &[u8; 16]) -> Masks {
 
 /// [`Masks`] of the 16 bytes in `v`, and its ASCII whitespace bytes as a vector (0xff where
 /// set), with SSE2.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 pub(crate) fn vector_masks(v: std::arch::x86_64::__m128i) -> (Masks, std::arch::x86_64::__m128i) {
     use std::arch::x86_64::{
@@ -344,11 +344,11 @@ pub(crate) fn vector_masks(v: std::arch::x86_64::__m128i) -> (Masks, std::arch::
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 use raw_masks_portable as raw_masks;
 
 /// The portable twin of the SSE2 [`raw_masks`], one byte at a time.
-#[cfg(any(test, not(target_arch = "x86_64")))]
+#[cfg(any(test, not(all(target_arch = "x86_64", not(feature = "portable")))))]
 #[inline]
 fn raw_masks_portable(chunk: &[u8; 16]) -> Masks {
     let mut m = Masks {
@@ -649,7 +649,7 @@ fn write_collapsed_bytes<const WTF8: bool>(out: &mut Vec<u8>, bytes: &[u8]) {
         write_short_collapsed::<WTF8>(out, bytes);
         return;
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
     if std::is_x86_feature_detected!("ssse3") && std::is_x86_feature_detected!("popcnt") {
         // SAFETY: the processor has SSSE3 and POPCNT, checked just above.
         unsafe { crate::pack::write_collapsed_bytes::<WTF8>(out, bytes) };
@@ -737,13 +737,13 @@ fn short_words(bytes: &[u8]) -> (u64, u64) {
 /// The [`Masks`] of the 16 bytes in two little-endian words.
 #[inline(always)]
 fn word_masks((low, high): (u64, u64)) -> Masks {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
     {
         use std::arch::x86_64::_mm_set_epi64x;
         // SAFETY: SSE2 is always available on x86_64; this only moves registers.
         vector_masks(unsafe { _mm_set_epi64x(high as i64, low as i64) }).0
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
     {
         let mut chunk = [0; 16];
         chunk[..8].copy_from_slice(&low.to_le_bytes());

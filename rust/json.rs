@@ -11,11 +11,11 @@ use smallvec::SmallVec;
 use crate::canon::{self, Text};
 use crate::numbers;
 
-/// Opening a container deeper than this stops the parse with [`JsonError::TooDeep`]. Such
-/// a text may still have a key (the deep part may sit under a volatile or overwritten key),
-/// a syntax error further on, or be too deep for `json.loads` itself, which depends on the
-/// caller's Python stack: the caller hands these rare texts to `json.loads` and the
-/// reference, so that the answer is theirs. The parser never recurses deeper than this.
+/// Opening a container deeper than this stops the parse with [`JsonError::TooDeep`], the key
+/// contract's RecursionError, even under a volatile key and whatever follows (the
+/// reference's `_keys.loads` applies the same rule, so neither ever asks `json.loads` to go
+/// as deep as Python's recursion limit, which depends on the caller's stack). The parser
+/// never recurses deeper than this.
 pub const PARSE_DEPTH_LIMIT: usize = canon::MAX_DEPTH;
 
 /// The smallest non-zero value of Python's `sys.get_int_max_str_digits()`. Integers longer
@@ -821,7 +821,7 @@ fn string_stop(s: &[u8], mut i: usize) -> usize {
 }
 
 /// Bit k set when byte k of `chunk` is a quote, a backslash or a control character.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 fn string_stops(chunk: &[u8; 16]) -> u32 {
     use std::arch::x86_64::{
@@ -839,7 +839,7 @@ fn string_stops(chunk: &[u8; 16]) -> u32 {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn string_stops(chunk: &[u8; 16]) -> u32 {
     chunk.iter().enumerate().fold(0, |mask, (k, &b)| {
         mask | u32::from(b == b'"' || b == b'\\' || b < 0x20) << k

@@ -7,9 +7,13 @@ pub mod json;
 pub mod key;
 pub mod numbers;
 mod pack;
+#[cfg(feature = "python")]
 mod py_batch;
+#[cfg(feature = "python")]
 mod py_canon;
+#[cfg(feature = "python")]
 mod py_guard;
+#[cfg(feature = "python")]
 mod py_json;
 pub mod sha_wide;
 pub mod shapes;
@@ -28,9 +32,16 @@ mod test_rng {
     }
 }
 
+#[cfg(feature = "python")]
 use pyo3::prelude::*;
 
-#[pymodule]
+// Declared as needing the GIL (PyO3 0.30 declares modules GIL-free by default): the walker
+// borrows dict entries through PyDict_Next without taking references (py_canon.rs), which is
+// sound only while no other thread can change the dict, and on a free-threaded build
+// (3.13t, 3.14t) another thread could free an entry mid-walk. Until the walk holds a critical
+// section on each dict and list it reads, free-threaded Pythons run this module with the GIL.
+#[cfg(feature = "python")]
+#[pymodule(gil_used = true)]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_canon::call_key, m)?)?;
     m.add_function(wrap_pyfunction!(py_canon::canonical_json, m)?)?;

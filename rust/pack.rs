@@ -11,7 +11,7 @@
 //! and the pairs are packed the same way. Chunks with other bytes to escape (controls,
 //! non-ASCII), and the last few bytes of a string, go the portable way.
 
-#![cfg(target_arch = "x86_64")]
+#![cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 
 use std::arch::x86_64::{
     __m128i, _mm_and_si128, _mm_andnot_si128, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8,

@@ -432,10 +432,8 @@ fn apply(
         let (name, args) = (item.call.0.bind(py), item.call.1.bind(py));
         keys[item.index] = match result {
             Ok(key) => key,
-            Err(JsonError::IntTooLong { .. } | JsonError::TooDeep) => {
-                json_key(py, name.as_any(), args, volatile)
-                    .map_err(|e| add_note(py, e, item.index))?
-            }
+            Err(JsonError::IntTooLong { .. }) => json_key(py, name.as_any(), args, volatile)
+                .map_err(|e| add_note(py, e, item.index))?,
             Err(err) => return Err(add_note(py, raise(py, err, &item.text, args), item.index)),
         };
     }

@@ -269,19 +269,19 @@ fn push_bmp_units<U: Copy + Into<u32>>(out: &mut Vec<u8>, units: &[U]) {
 /// 16 Latin-1 units as they are, with a mask of those from 0x80 up.
 #[inline(always)]
 fn narrow_latin1(units: &[u8; 16]) -> ([u8; 16], u32) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
     // SAFETY: SSE2 is always available on x86_64; the load reads exactly `units`.
     let wide = unsafe {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_movemask_epi8};
         _mm_movemask_epi8(_mm_loadu_si128(units.as_ptr().cast::<__m128i>())) as u32
     };
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
     let wide = non_ascii_mask(units);
     (*units, wide)
 }
 
 /// Bit k set when unit k is 0x80 or above (the portable twin of the SSE2 masks).
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn non_ascii_mask<U: Copy + Into<u32>>(units: &[U; 16]) -> u32 {
     units.iter().enumerate().fold(0, |mask, (k, &u)| {
         mask | u32::from(Into::<u32>::into(u) >= 0x80) << k
@@ -291,7 +291,7 @@ fn non_ascii_mask<U: Copy + Into<u32>>(units: &[U; 16]) -> u32 {
 /// The low bytes of 16 UCS-2 units, with a mask of the units from 0x80 up: one check and
 /// one narrowing for all (SSE2), where unit by unit cost three times as much on CJK or
 /// Greek JSON text.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
 fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     use std::arch::x86_64::{
@@ -317,7 +317,7 @@ fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
 fn narrow_ucs2(units: &[u16; 16]) -> ([u8; 16], u32) {
     (units.map(|u| u as u8), non_ascii_mask(units))
 }
@@ -385,12 +385,10 @@ impl KeyHandle for HeldKey {
     }
 }
 
-/// A corner handed to Python: where its JSON text goes, the normalised value, and how deep
-/// in the arguments it was found.
+/// A corner handed to Python: where its JSON text goes, and the normalised value.
 struct Deferred<'py> {
     at: usize,
     value: Bound<'py, PyAny>,
-    depth: usize,
 }
 
 /// One walk: the buffer, and the corners whose JSON text is spliced in at the end.
@@ -486,7 +484,6 @@ impl<'py> Walker<'_, 'py> {
             self.deferred.push(Deferred {
                 at: self.out.len(),
                 value: obj.clone(),
-                depth: 0,
             });
         }
     }
@@ -650,7 +647,6 @@ impl<'py> Walker<'_, 'py> {
         self.deferred.push(Deferred {
             at: self.out.len(),
             value: normalised,
-            depth,
         });
         Ok(())
     }
@@ -663,12 +659,12 @@ impl<'py> Walker<'_, 'py> {
         let dumps = helpers(self.py)?.dumps_normalised.bind(self.py);
         let mut spliced = Vec::with_capacity(self.out.len() + 16 * self.deferred.len());
         let mut copied = 0;
-        for Deferred { at, value, depth } in &self.deferred {
+        for Deferred { at, value } in &self.deferred {
             spliced.extend_from_slice(&self.out[copied..*at]);
-            // As deep as the reference's json.dumps meets it: inside `depth` containers and
-            // the call's own {"tool", "args"} object (it matters where a tuple, which is not
-            // normalised, nests deep enough to reach Python's recursion limit).
-            let text = dumps.call1((value, depth + 1))?;
+            // Its depth, tuples included, was checked by `normalise_at`: json.dumps stays far
+            // from Python's recursion limit, so it is as safe to call from here as from the
+            // reference's walk.
+            let text = dumps.call1((value,))?;
             // json.dumps with ensure_ascii returns ASCII, so the str's bytes are the UTF-8.
             spliced.extend_from_slice(text.cast_into::<PyString>()?.to_str()?.as_bytes());
             copied = *at;

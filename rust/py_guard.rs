@@ -17,7 +17,7 @@ use crate::guard::{
 };
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
-use crate::py_json::{invalid_json_key, json_key};
+use crate::py_json::{invalid_json, json_key};
 
 /// The state keeps verdicts as plain Rust values: Python objects are only made once the
 /// lock is released, because allocating one can start a garbage collection whose callbacks
@@ -586,11 +586,10 @@ impl Guard {
         };
         let (key, invalid_arguments) = match keyed {
             Ok(key) => (key, None),
-            Err(err) if err.is_instance_of::<PyValueError>(py) => (
-                invalid_json_key(py, name, text)?,
-                Some(err.value(py).str()?.unbind()),
-            ),
-            Err(err) => return Err(err),
+            Err(err) => {
+                let (key, why) = invalid_json(py, name, text, err)?;
+                (key, Some(why))
+            }
         };
         let name = exact_str(name.cast::<PyString>()?)?;
         let name_bytes = name_bytes(&name)?;

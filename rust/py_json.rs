@@ -19,7 +19,8 @@ use crate::py_canon::{
 struct JsonHelpers {
     decode_error: Py<PyAny>,
     decode_bytes: Py<PyAny>,
-    invalid_json_key: Py<PyAny>,
+    unparsable: Py<PyAny>,
+    invalid_json: Py<PyAny>,
     call_key_json: Py<PyAny>,
     get_int_max_str_digits: Py<PyAny>,
 }
@@ -32,7 +33,8 @@ fn helpers(py: Python<'_>) -> PyResult<&JsonHelpers> {
         Ok(JsonHelpers {
             decode_error: py.import("json")?.getattr("JSONDecodeError")?.unbind(),
             decode_bytes: keys.getattr("decode_json_bytes")?.unbind(),
-            invalid_json_key: keys.getattr("invalid_json_key")?.unbind(),
+            unparsable: keys.getattr("UNPARSABLE")?.unbind(),
+            invalid_json: keys.getattr("invalid_json")?.unbind(),
             call_key_json: keys.getattr("call_key_json")?.unbind(),
             get_int_max_str_digits: py
                 .import("sys")?
@@ -229,16 +231,8 @@ pub(crate) fn raise(
     }
 }
 
-/// Why the native parser gave no canonical bytes.
-enum CallError {
-    /// Nested deeper than the native parser goes: the reference decides.
-    TooDeep,
-    /// The exception `json.loads` raises.
-    Raised(PyErr),
-}
-use CallError::{Raised, TooDeep};
-
-/// Canonical bytes for a call whose arguments are JSON text.
+/// Canonical bytes for a call whose arguments are JSON text, or the exception `json.loads`
+/// (or the key contract's depth limit) raises.
 fn canonical_json_call(
     py: Python<'_>,
     name: Text<'_>,
@@ -246,21 +240,18 @@ fn canonical_json_call(
     source: &Bound<'_, PyAny>,
     volatile: &VolatileKeys,
     out: Vec<u8>,
-) -> Result<Vec<u8>, CallError> {
+) -> PyResult<Vec<u8>> {
     let names = volatile.names();
     let first = json::canonical_call_into(out, name, &text.bytes, names, json::MIN_INT_DIGIT_LIMIT);
     let outcome = match first {
         // Longer than the smallest possible limit: check against the limit in force.
         Err(JsonError::IntTooLong { .. }) => {
-            let limit = int_digit_limit(py).map_err(Raised)?;
+            let limit = int_digit_limit(py)?;
             json::canonical_call(name, &text.bytes, names, limit)
         }
         outcome => outcome,
     };
-    outcome.map_err(|err| match err {
-        JsonError::TooDeep => TooDeep,
-        err => Raised(raise(py, err, text, source)),
-    })
+    outcome.map_err(|err| raise(py, err, text, source))
 }
 
 /// The key of a call whose arguments are JSON text.
@@ -276,15 +267,11 @@ pub fn json_key(
     }
     let parsed = JsonText::from_py(py, text)?;
     let name_text = text_of(name)?;
-    match key_with_buffer(|out| canonical_json_call(py, name_text, &parsed, text, volatile, out)) {
-        Ok(key) => Ok(key),
-        Err(TooDeep) => reference_json_key(py, name, text, volatile),
-        Err(Raised(err)) => Err(err),
-    }
+    key_with_buffer(|out| canonical_json_call(py, name_text, &parsed, text, volatile, out))
 }
 
 /// The reference's key for a call the native parser does not take: volatile keys only
-/// Python can compare, or nesting past `PARSE_DEPTH_LIMIT`.
+/// Python can compare, or text of a `str` or `bytes` subclass.
 fn reference_json_key(
     py: Python<'_>,
     name: &Bound<'_, PyString>,
@@ -302,19 +289,29 @@ fn reference_json_key(
         .ok_or_else(|| PyValueError::new_err("the reference returned a malformed key"))
 }
 
-/// The key that stands for a call whose arguments are not valid JSON: the raw text with its
-/// whitespace collapsed (a model that keeps sending the same broken arguments is looping too).
-pub fn invalid_json_key(
+/// For `Guard.check_json`: the key that stands for a call whose JSON text raised `err`, and
+/// the `invalid_arguments` text saying why; `err` itself if it is not one that bad text
+/// raises. Which errors those are, the key (the raw text with its whitespace collapsed: a
+/// model that keeps sending the same broken arguments is looping too) and the text are the
+/// reference's (`_keys.UNPARSABLE`, `_keys.invalid_json`).
+pub fn invalid_json(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
     text: &Bound<'_, PyAny>,
-) -> PyResult<Key> {
-    let hex: String = helpers(py)?
-        .invalid_json_key
+    err: PyErr,
+) -> PyResult<(Key, Py<PyString>)> {
+    let helpers = helpers(py)?;
+    if !err.is_instance(py, helpers.unparsable.bind(py)) {
+        return Err(err);
+    }
+    let (hex, why): (String, Bound<'_, PyString>) = helpers
+        .invalid_json
         .bind(py)
-        .call1((name, text))?
+        .call1((name, text, err.value(py)))?
         .extract()?;
-    crate::key::parse_key_hex(&hex).ok_or_else(|| PyValueError::new_err("malformed key"))
+    let key =
+        crate::key::parse_key_hex(&hex).ok_or_else(|| PyValueError::new_err("malformed key"))?;
+    Ok((key, why.unbind()))
 }
 
 /// `call_key_json(name, text, /, *, volatile_keys=None) -> str`

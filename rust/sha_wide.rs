@@ -48,7 +48,7 @@ impl Padded {
     /// The keys of the messages, in the order they were pushed.
     pub fn keys(&self) -> Vec<Key> {
         let mut keys = vec![0; self.messages.len()];
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
         if self.messages.len() > 1 && has_avx512() {
             // SAFETY: the CPU has AVX-512F and BW; every message lies within `bytes` and is a
             // whole number of blocks long (`push` pads each to a block boundary).
@@ -69,13 +69,13 @@ impl Padded {
 }
 
 /// True when this CPU has the AVX-512 instructions the lanes use (`std` caches the answer).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 fn has_avx512() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 mod lanes {
     use std::arch::x86_64::{
         __m512i, _mm512_add_epi32, _mm512_broadcast_i32x4, _mm512_castsi256_si512,

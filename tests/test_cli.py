@@ -385,3 +385,119 @@ def test_results_matching_no_call(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (code, err) == (0, "")  # not bad input
     assert "1 tool result matched no call of its run and was ignored." in out
     assert "No tool results in these traces" in out  # none was linked
+
+
+# -- hostile traces (issue 17) ---------------------------------------------------------------
+
+
+def test_lone_surrogates_in_a_trace_are_printed_escaped(tmp_path: Path) -> None:
+    """A run label and arguments holding "\\ud800" (a lone surrogate once decoded): the
+    report printed, escaped, not a UnicodeEncodeError traceback with the report lost. A
+    subprocess, as stdout's encoding there is the real one."""
+    trace = tmp_path / "surrogates.jsonl"
+    line = '{"run": "r\\ud800", "tool": "get_\\udfff", "args": {"q": "\\ud800"}}\n'
+    trace.write_text(line * 4)
+    outputs = []
+    for extra in ([], ["--json"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "tripwire", "replay", str(trace), *extra],
+            env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (result.returncode, result.stderr) == (0, ""), result.stderr
+        assert "r\\ud800" in result.stdout
+        outputs.append(result.stdout)
+    assert json.loads(outputs[1])["runs"][0]["run"] == "r\ud800"
+    # The table's columns line up: the label is escaped before it is measured.
+    head, row = (line for line in outputs[0].splitlines() if line.startswith(("RUN ", "r\\")))
+    assert head.index("STEPS") + len("STEPS") == row.index(" 4 ") + 2
+
+
+def test_an_overlong_line_is_skipped_with_a_clear_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tripwire.replay import formats
+
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1_000)
+    call = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": 1}}) + "\n"
+    long = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": "x" * 5_000}}) + "\n"
+    trace = tmp_path / "long.jsonl"
+    trace.write_text(call + long + call + call)
+    code, out, err = run(["replay", "--json", str(trace)], capsys)
+    assert code == 4  # some input skipped
+    assert f"{trace}:2: line longer than 1,000 bytes (5,052 bytes); line skipped" in err
+    report = json.loads(out)
+    assert report["summary"]["steps"] == 3  # the lines after the long one are read
+
+
+def test_an_endless_line_ends_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As /dev/zero: no newline ever. Read through up to MAX_SKIP_BYTES, then given up."""
+    from tripwire.replay import formats
+
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(formats, "MAX_SKIP_BYTES", 8 << 20)
+    call = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": 1}}) + "\n"
+    trace = tmp_path / "zero.jsonl"
+    trace.write_bytes(call.encode() + b"\0" * (20 << 20))
+    code, _, err = run(["replay", str(trace)], capsys)
+    assert code == 4
+    assert "zero.jsonl:2: line longer than 1 MiB, no end in 8,388,6" in err
+    assert err.endswith("bytes; file not read further\n")
+    # The first line, too long for a JSONL line or a JSON document: the file is skipped.
+    trace.write_bytes(b"\0" * (3 << 20))
+    code, _, err = run(["replay", str(trace)], capsys)
+    assert code == 4
+    assert "zero.jsonl:1: line longer than 1 MiB (3,145,728 bytes); file skipped" in err
+
+
+def test_an_oversized_json_document_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tripwire.replay import formats
+
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 2_000)
+    messages = [{"role": "user", "content": "x" * 100}] * 50
+    trace = tmp_path / "chat.json"
+    trace.write_text(json.dumps(messages, indent=1))
+    code, _, err = run(["replay", str(trace)], capsys)
+    assert code == 4
+    assert "chat.json:1: JSON document over 2,000 bytes; file skipped" in err
+
+
+def test_an_unreadable_directory_is_a_permission_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "no trace files in directory", which hid the error. Listing is made to fail
+    rather than relying on file modes, which root (as CI runs) reads past."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "run.jsonl").write_text("{}\n")
+    scandir = os.scandir
+
+    def refuse(path: Any = ".") -> Any:
+        if os.fspath(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(locked))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    code, _, err = run(["replay", str(locked)], capsys)
+    assert code == 4
+    assert f"{locked}: cannot list directory: Permission denied" in err
+    assert "no *.json" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_file_is_a_permission_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    trace.write_text("{}\n")
+    trace.chmod(0)
+    code, _, err = run(["replay", str(tmp_path)], capsys)
+    assert code == 4
+    assert "cannot open: Permission denied" in err

@@ -9,6 +9,7 @@ and exits if the whole process stops; the parent fails with that dump.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -384,3 +385,24 @@ def test_result_finaliser_may_call_back_into_the_guard(name: str, release: str) 
     """A cached result the guard lets go of can run Python code, and that code may use
     the guard. Only one thread uses the guard, so a deadlock shows as a live thread."""
     scenario_result_finaliser(name, release)
+
+
+@requires_native
+@pytest.mark.skipif(
+    not hasattr(sys, "_is_gil_enabled"), reason="Python before 3.13 always has the GIL"
+)
+def test_free_threaded_python_keeps_the_gil_for_the_native_core() -> None:
+    """Issue 17: the module is declared ``gil_used = true`` (rust/lib.rs says why), so a
+    free-threaded CPython (3.13t, 3.14t) re-enables the GIL when it is imported rather than
+    run the dict walk, which borrows entries, without it. On a GIL build: trivially so."""
+    code = "import sys, tripwire._core; print(sys._is_gil_enabled())"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    child = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert (child.returncode, child.stdout.strip()) == (0, "True"), child.stderr

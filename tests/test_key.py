@@ -463,13 +463,44 @@ def test_cycles_raise_recursion_error(impl: Any) -> None:
         impl.canonical_json("t", cyclic)
 
 
-def test_cycle_through_a_tuple_raises_value_error(impl: Any) -> None:
-    # normalise does not enter tuples, so json.dumps meets the cycle and says so.
+def test_cycle_through_a_tuple_raises_recursion_error(impl: Any) -> None:
+    # normalise does not enter tuples, but checks their depth (issue 17: json.dumps must not
+    # go near Python's recursion limit), so a cycle through one ends as every cycle does.
     inner: list[Any] = []
     outer = (inner,)
     inner.append(outer)
-    with pytest.raises(ValueError, match="Circular reference"):
+    with pytest.raises(RecursionError, match="nested deeper than 256 levels"):
         impl.call_key("t", {"x": outer})
+
+
+def test_tuples_count_towards_the_depth_limit(impl: Any) -> None:
+    def nested(depth: int) -> Any:
+        value: Any = 1
+        for level in range(depth):
+            value = (value,) if level % 2 else [value]
+        return value
+
+    assert impl.call_key("t", nested(256)) == tripwire.reference.call_key("t", nested(256))
+    with pytest.raises(RecursionError, match="nested deeper than 256 levels"):
+        impl.call_key("t", nested(257))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {None: 1, "a": 2},
+        {"a": 2, None: 1},
+        {"outer": [{"b": 1, 2: 2}]},
+        {1.5: 1, "a": 1, (1,): 2},
+    ],
+)
+def test_mixed_key_types_raise_a_type_error_about_the_keys(impl: Any, args: Any) -> None:
+    """Issue 17: sorted()'s own message names two types and not that they are dict keys."""
+    with pytest.raises(TypeError, match=r"^dict keys cannot be sorted: keys of types ") as raised:
+        impl.call_key("t", args)
+    with pytest.raises(TypeError) as expected:
+        tripwire.reference.call_key("t", args)
+    assert str(raised.value) == str(expected.value)
 
 
 def test_256_levels_need_no_python_stack_headroom(impl: Any) -> None:

@@ -57,9 +57,10 @@ from contextlib import contextmanager
 from typing import Any, Final, Literal
 
 from tripwire._keys import (
+    UNPARSABLE,
     call_key,
     call_key_json,
-    invalid_json_key,
+    invalid_json,
     verbatim_key,
     verbatim_key_json,
     volatile_set,
@@ -545,9 +546,9 @@ class Guard:
     ) -> Verdict:
         """``check`` for arguments given as JSON text (OpenAI-style ``arguments``).
 
-        Text that is not valid JSON does not raise: the raw text, whitespace collapsed, keys
-        the call (a model that keeps sending the same broken arguments is looping too), and
-        ``Verdict.invalid_arguments`` says what is wrong with it."""
+        Text that is not valid JSON, nested too deep or too big to parse does not raise: the
+        raw text, whitespace collapsed, keys the call (a model that keeps sending the same
+        broken arguments is looping too), and ``Verdict.invalid_arguments`` says why."""
         call_id = _check_call_id(call_id)
         if isinstance(name, str):
             with self._locked():
@@ -567,8 +568,8 @@ class Guard:
             if policy is not None and policy.whitespace == "keep":
                 return verbatim_key_json(name, text, self._volatile), None
             return call_key_json(name, text, volatile_keys=self._volatile), None
-        except ValueError as exc:
-            return invalid_json_key(name, text), str(exc)
+        except UNPARSABLE as exc:
+            return invalid_json(name, text, exc)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,7 +17,10 @@ DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
 )
 
 # Deeper nesting raises RecursionError in both implementations: the native walker must not
-# overflow the C stack, and the reference must not depend on Python's recursion limit.
+# overflow the C stack, and the reference must not depend on Python's recursion limit. Every
+# container counts (dicts, lists, tuples, and in JSON text arrays and objects, under volatile
+# keys too), so neither json.loads nor json.dumps is ever asked to go deeper than this: where
+# they would give up depends on the caller's stack, and the two implementations' stacks differ.
 MAX_DEPTH = 256
 
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
@@ -38,6 +42,37 @@ def _too_deep() -> RecursionError:
     return RecursionError(f"arguments nested deeper than {MAX_DEPTH} levels")
 
 
+def check_depth(value: Any, depth: int) -> None:
+    """Raises the depth limit's RecursionError if a value that is not normalised (a tuple,
+    which json.dumps writes as it is) holds containers ``MAX_DEPTH`` deep, counting from
+    ``depth``. A loop, not recursion, and the containers' own contents (``dict.values``,
+    ``tuple.__iter__``), so no callback of the value runs here."""
+    stack: list[tuple[Any, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if level >= MAX_DEPTH:
+                raise _too_deep()
+            children = dict.values(item) if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+
+
+def _sorted_items(value: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """The dict's items in key order; keys that cannot be ordered raise a TypeError that
+    says so (``sorted``'s own names only the two types)."""
+    try:
+        return sorted(value.items())
+    except TypeError as exc:
+        if any(type(k) is not str for k in value):
+            raise unorderable_keys(value, exc) from exc
+        raise
+
+
+def unorderable_keys(value: dict[Any, Any], exc: TypeError) -> TypeError:
+    kinds = sorted({type(k).__name__ for k in value})
+    return TypeError(f"dict keys cannot be sorted: keys of types {', '.join(kinds)} ({exc})")
+
+
 def normalise_at(value: Any, volatile: frozenset[Any], depth: int, collapse: bool = True) -> Any:
     """``normalise`` for a value found inside ``depth`` enclosing dicts or lists; with
     ``collapse=False``, strings keep their whitespace (``verbatim_key``).
@@ -48,7 +83,7 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int, collapse: boo
         if depth >= MAX_DEPTH:
             raise _too_deep()
         normalised = {}
-        for k, v in sorted(value.items()):
+        for k, v in _sorted_items(value):
             if k not in volatile and v is not None:
                 normalised[k] = normalise_at(v, volatile, depth + 1, collapse)
         return normalised
@@ -59,6 +94,9 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int, collapse: boo
         for v in value:
             items.append(normalise_at(v, volatile, depth + 1, collapse))
         return items
+    if isinstance(value, tuple):
+        check_depth(value, depth)
+        return value
     if isinstance(value, str):
         return " ".join(value.split()) if collapse else value
     if isinstance(value, float) and value.is_integer():
@@ -66,15 +104,11 @@ def normalise_at(value: Any, volatile: frozenset[Any], depth: int, collapse: boo
     return value
 
 
-def dumps_normalised(value: Any, depth: int = 0) -> str:
-    """JSON text of an already normalised value, as the key contract writes it, written as
-    if ``depth`` containers deep: json.dumps then reaches Python's recursion limit (possible
-    in a deep tuple, which is not normalised) exactly where it would writing the whole."""
-    if depth == 0:
-        return _dumps(value)
-    for _ in range(depth):
-        value = [value]
-    return _dumps(value)[depth:-depth]
+def dumps_normalised(value: Any) -> str:
+    """JSON text of an already normalised value, as the key contract writes it. Its depth
+    was checked by ``normalise_at`` (tuples included), so json.dumps stays far from Python's
+    recursion limit wherever it is called from."""
+    return _dumps(value)
 
 
 def check_name(name: object) -> str:
@@ -115,7 +149,7 @@ def verbatim_key(name: str, args: Any, volatile: frozenset[Any]) -> str:
 def verbatim_key_json(name: str, text: str | bytes | bytearray, volatile: frozenset[Any]) -> str:
     """``verbatim_key`` of arguments given as JSON text."""
     check_name(name)
-    return verbatim_key(name, json.loads(text), volatile)
+    return verbatim_key(name, loads(text), volatile)
 
 
 def decode_json_bytes(data: bytes | bytearray) -> str:
@@ -123,13 +157,58 @@ def decode_json_bytes(data: bytes | bytearray) -> str:
     return bytes(data).decode(json.detect_encoding(data), "surrogatepass")
 
 
+# What the depth scan of JSON text steps through: whole strings (their brackets are text)
+# and brackets. An unterminated string matches nothing and is stepped over, which can only
+# matter after a syntax error that json.loads reports first.
+_JSON_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{\]}]', re.DOTALL)
+
+
+def _too_deep_at(text: str) -> int | None:
+    """Where JSON text opens its first container ``MAX_DEPTH`` deep (outside strings), if
+    it does. Checked only for text with that many brackets at all."""
+    if str.count(text, "[") + str.count(text, "{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    for token in _JSON_NESTING.finditer(text):
+        bracket = token.group()
+        if bracket in "[{":
+            if depth >= MAX_DEPTH:
+                return token.start()
+            depth += 1
+        elif bracket in "]}":
+            depth -= 1
+    return None
+
+
+def loads(text: str | bytes | bytearray) -> Any:
+    """``json.loads(text)``, except that opening a container ``MAX_DEPTH`` deep raises the
+    depth limit's RecursionError, as the native parser does: where the text has no syntax
+    error before that bracket and the bracket opens a value. The answer then never depends
+    on Python's recursion limit, which json.loads reaches (at a depth that depends on the
+    caller's stack) on text nested ~1000 deep, valid or not."""
+    plain = decode_json_bytes(text) if isinstance(text, (bytes, bytearray)) else text
+    at = _too_deep_at(plain) if isinstance(plain, str) else None
+    if at is not None:
+        # The text up to and including that bracket nests at most MAX_DEPTH + 1 deep, well
+        # within json.loads' reach. It fails: at or before the bracket if the text is wrong
+        # there (json.loads of the whole text then fails the same way, as early), else just
+        # past it, inside the container the bracket opened, which is too deep.
+        try:
+            json.loads(str.__getitem__(plain, slice(0, at + 1)))
+        except json.JSONDecodeError as exc:
+            if exc.pos > at:
+                raise _too_deep() from None
+    return json.loads(text)
+
+
 def call_key_json(
     name: str, text: str | bytes | bytearray, /, *, volatile_keys: Iterable[Any] | None = None
 ) -> str:
-    """``call_key(name, json.loads(text))``: keys OpenAI-style argument strings."""
+    """``call_key(name, json.loads(text))``: keys OpenAI-style argument strings. Text nested
+    deeper than ``MAX_DEPTH`` raises RecursionError (``loads``), even under a volatile key."""
     check_name(name)
     volatile = volatile_set(volatile_keys)
-    return call_key(name, json.loads(text), volatile_keys=volatile)
+    return call_key(name, loads(text), volatile_keys=volatile)
 
 
 def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
@@ -140,6 +219,19 @@ def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
         text = bytes(text).decode("utf-8", "surrogateescape")
     payload = _dumps({"tool": name, "invalid_args": " ".join(text.split())}).encode()
     return hashlib.sha256(payload).hexdigest()[:16]
+
+
+# What ``Guard.check_json`` answers with a verdict keyed by the raw text instead of raising:
+# text that is not JSON (ValueError), nested past MAX_DEPTH (RecursionError), or too big to
+# parse (MemoryError). A model's arguments must never stop the harness.
+UNPARSABLE: tuple[type[BaseException], ...] = (ValueError, RecursionError, MemoryError)
+
+
+def invalid_json(name: str, text: str | bytes | bytearray, exc: BaseException) -> tuple[str, str]:
+    """The key of a call whose JSON text raised ``exc`` (one of ``UNPARSABLE``), and what
+    ``Verdict.invalid_arguments`` says about it."""
+    why = str(exc) or f"the arguments could not be parsed ({type(exc).__name__})"
+    return invalid_json_key(name, text), why
 
 
 def check_threads(threads: object) -> None:

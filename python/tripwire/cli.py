@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -380,6 +381,12 @@ def _key(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (never raises for bad input)."""
     parser = _parser()
+    # Run labels, tool names and arguments come from the traces, and a Python str may hold
+    # lone surrogates ("\ud800" in JSON) that no encoding writes: escape them rather than
+    # lose the whole report to a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         args = parser.parse_args(argv)
         if args.command == "key":

@@ -94,6 +94,57 @@ GZIP_MAGIC: Final = b"\x1f\x8b"
 # How often (in lines) a reader reports its position for the progress bar.
 TICK_LINES: Final = 4096
 
+# Longest line (or whole JSON document) read: parsing one costs several times its size in
+# memory, and /dev/zero or a multi-GB line must end in a clear message, not a MemoryError.
+# A longer line is read through without being kept, for at most MAX_SKIP_BYTES (an endless
+# line, as /dev/zero's, then ends the file).
+MAX_LINE_BYTES = 64 << 20
+MAX_SKIP_BYTES = 4 << 30
+_SKIP_CHUNK: Final = 1 << 20
+
+
+class TooLong(bytes):
+    """Stands, empty, for a line longer than ``MAX_LINE_BYTES``: ``size`` bytes were read
+    through and not kept; ``ended``: whether its end was found."""
+
+    size: int
+    ended: bool
+
+    def problem(self, skipped: str = "line skipped") -> str:
+        if self.ended:
+            return f"line longer than {_limit()} ({self.size:,} bytes); {skipped}"
+        return f"line longer than {_limit()}, no end in {self.size:,} bytes; file not read further"
+
+
+def _limit() -> str:
+    mib, rest = divmod(MAX_LINE_BYTES, 1 << 20)
+    return f"{mib} MiB" if mib and not rest else f"{MAX_LINE_BYTES:,} bytes"
+
+
+def bounded_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The stream's lines, each at most ``MAX_LINE_BYTES`` long; a longer one is a
+    ``TooLong``, and if its end is not found the lines end there."""
+    cap = MAX_LINE_BYTES
+    while line := stream.readline(cap + 1):
+        if len(line) <= cap or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        del line
+        ended = False
+        while size < MAX_SKIP_BYTES:
+            chunk = stream.readline(_SKIP_CHUNK)
+            size += len(chunk)
+            if not chunk or chunk.endswith(b"\n"):
+                ended = True
+                break
+        too_long = TooLong()
+        too_long.size, too_long.ended = size, ended
+        yield too_long
+        if not ended:
+            return
+
+
 _decode = json.JSONDecoder().raw_decode
 
 
@@ -771,9 +822,14 @@ class Reader:
         tick = self._tick
         lineno = 0
         try:
-            lines = iter(stream)
+            lines = bounded_lines(stream)
             first, lineno = self._next_nonblank(lines, lineno)
             if first is None:
+                return
+            if isinstance(first, TooLong):
+                # Too long for a JSONL line or a JSON document: the file cannot be read.
+                stats.problems += 1
+                yield self._problem(lineno, first.problem("file skipped"))
                 return
             if lineno == 1 and first.startswith(b"\xef\xbb\xbf"):
                 first = first[3:]
@@ -783,27 +839,44 @@ class Reader:
                 # line holding only an opening bracket always is).
                 start = lineno
                 second, lineno = self._next_nonblank(lines, lineno)
-                second_value, second_error = _parse_line(second) if second else (None, "")
-                if (
-                    first.strip() in (b"[", b"{")
-                    or second is None
-                    or second_error is not None
-                    or not isinstance(second_value, (dict, list))
-                ):
-                    rest = b"".join(lines)
-                    lineno += rest.count(b"\n")
-                    stats.position += len(rest)
-                    yield from self._document(first + (second or b"") + rest, start)
-                    return
-                stats.problems += 1
-                yield self._problem(start, error)
-                value, first = second_value, second
-            yield from self._guarded(value, lineno, len(first))
+                if isinstance(second, TooLong):
+                    # No document has a line that long: two bad lines of a JSONL file.
+                    stats.problems += 2
+                    yield self._problem(start, error)
+                    yield self._problem(lineno, second.problem())
+                    value = first = None
+                else:
+                    second_value, second_error = _parse_line(second) if second else (None, "")
+                    if (
+                        first.strip() in (b"[", b"{")
+                        or second is None
+                        or second_error is not None
+                        or not isinstance(second_value, (dict, list))
+                    ):
+                        rest, lineno = self._rest(first + (second or b""), lines, lineno)
+                        if rest is None:
+                            stats.problems += 1
+                            yield self._problem(
+                                start, f"JSON document over {_limit()}; file skipped"
+                            )
+                            return
+                        yield from self._document(rest, start)
+                        return
+                    stats.problems += 1
+                    yield self._problem(start, error)
+                    value, first = second_value, second
+            if first is not None:
+                yield from self._guarded(value, lineno, len(first))
             for line in lines:
                 lineno += 1
                 stats.position += len(line)
                 if tick is not None and not lineno % TICK_LINES:
                     tick(position())
+                if isinstance(line, TooLong):
+                    stats.position += line.size
+                    stats.problems += 1
+                    yield self._problem(lineno, line.problem())
+                    continue
                 value, error = _parse_line(line)
                 if error is not None:
                     if error:
@@ -837,9 +910,25 @@ class Reader:
         for line in lines:
             lineno += 1
             self.stats.position += len(line)
+            if isinstance(line, TooLong):
+                self.stats.position += line.size
+                return line, lineno
             if line.strip():
                 return line, lineno
         return None, lineno
+
+    def _rest(self, start: bytes, lines: Iterator[bytes], lineno: int) -> tuple[bytes | None, int]:
+        """A whole JSON document: ``start`` and the rest of the lines, or ``None`` if it is
+        longer than ``MAX_LINE_BYTES``; and the number of the last line read."""
+        parts, size = [start], len(start)
+        for line in lines:
+            lineno += line.count(b"\n")
+            size += len(line) + (line.size if isinstance(line, TooLong) else 0)
+            self.stats.position += len(line)
+            if size > MAX_LINE_BYTES or isinstance(line, TooLong):
+                return None, lineno
+            parts.append(line)
+        return b"".join(parts), lineno
 
     def _problem(self, line: int | None, message: str, where: str | None = None) -> Problem:
         return Problem(self.path, line, message, where)

@@ -270,6 +270,9 @@ def _pct(part: float, whole: float) -> str:
 
 
 def _clip(text: str, width: int) -> str:
+    # Lone surrogates (legal in a str, from "\ud800" in a trace) as their escapes, before
+    # measuring, so that the columns line up and the text can be written at all.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= width:
         return text
     keep = width - 1

@@ -861,13 +861,19 @@ def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
             yield path
             continue
         found = False
-        for root, dirs, names in os.walk(path):
+        # os.walk skips what it cannot list unless told: an unreadable directory is a
+        # problem to report as such, not a directory without trace files.
+        unlisted: list[OSError] = []
+        for root, dirs, names in os.walk(path, onerror=unlisted.append):
             dirs.sort()
             for name in sorted(names):
                 if name.removesuffix(".gz").endswith(TRACE_SUFFIXES):
                     found = True
                     yield os.path.join(root, name)
-        if not found:
+        for exc in unlisted:
+            where = exc.filename if isinstance(exc.filename, str) else path
+            fleet.problem(Problem(where, None, f"cannot list directory: {exc.strerror or exc}"))
+        if not found and not unlisted:
             fleet.problem(Problem(path, None, "no *.json, *.jsonl or *.ndjson files in directory"))
 
 
