@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 from tripwire._keys import call_key
@@ -124,12 +125,16 @@ def _safe_str(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def digest(name: str, value: Any) -> str | None:
+KeyFunction = Callable[[str, Any], str]
+
+
+def digest(name: str, value: Any, key: KeyFunction = call_key) -> str | None:
     """The key of a value, or ``None`` where it cannot be keyed (nested too deep, an int too
     long to print, a type JSON cannot write): the guard then knows only that the call ran,
-    and says nothing about whether its result changed."""
+    and says nothing about whether its result changed. ``key``: the backend's ``call_key``
+    (the native guard passes its own; the keys are equal, the native one is faster)."""
     try:
-        return call_key(name, value)
+        return key(name, value)
     except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
         return None
 
@@ -145,7 +150,7 @@ def _is_empty(value: Any) -> bool:
 
 
 def describe_result(
-    result: Any, error: Any, transient: bool | None, policy: Any
+    result: Any, error: Any, transient: bool | None, policy: Any, key: KeyFunction = call_key
 ) -> tuple[str | None, bool, bool, bool, str | None]:
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
@@ -170,13 +175,13 @@ def describe_result(
         else:
             text = _error_text(error if isinstance(error, str) else _safe_repr(error))
     if not failed:
-        key = digest("result", value)
-        empty = key is not None and _policy_empty(value, key, policy)
-        return key, empty, False, False, None
+        found = digest("result", value, key)
+        empty = found is not None and _policy_empty(value, found, policy)
+        return found, empty, False, False, None
     assert text is not None
     if transient is None:
         transient = _TRANSIENT_TEXT.search(text) is not None
-    return digest("error", text), False, True, bool(transient), text
+    return digest("error", text, key), False, True, bool(transient), text
 
 
 def _policy_empty(value: Any, key: str, policy: Any) -> bool:
