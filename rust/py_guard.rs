@@ -53,6 +53,8 @@ struct GuardHelpers {
     check_definitions: Py<PyAny>,
     infer_policy: Py<PyAny>,
     describe_result: Py<PyAny>,
+    /// This module's own `call_key`, for `describe_result` to key results with.
+    native_call_key: Py<PyAny>,
     verdict_message: Py<PyAny>,
     verbatim_key: Py<PyAny>,
     verbatim_key_json: Py<PyAny>,
@@ -72,6 +74,7 @@ fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
             check_definitions: policy.getattr("check_definitions")?.unbind(),
             infer_policy: policy.getattr("infer_policy")?.unbind(),
             describe_result: results.getattr("describe_result")?.unbind(),
+            native_call_key: py.import("tripwire._core")?.getattr("call_key")?.unbind(),
             verdict_message: guard.getattr("verdict_message")?.unbind(),
             verbatim_key: keys.getattr("verbatim_key")?.unbind(),
             verbatim_key_json: keys.getattr("verbatim_key_json")?.unbind(),
@@ -531,70 +534,43 @@ impl Guard {
         parse_digest(&hex)
     }
 
-    /// Validates and keys one call; raises before anything changes.
+    /// Validates and keys one call (its arguments as JSON `text`, or a value); raises
+    /// before anything changes. JSON text that does not parse keys the call by its collapsed
+    /// raw text instead of raising, and says why (the reference's `_prepare`).
     fn prepare<'py>(
         &self,
         py: Python<'py>,
         name: &Bound<'py, PyAny>,
         args: &Bound<'py, PyAny>,
         call_id: Option<&Bound<'py, PyAny>>,
+        text: bool,
     ) -> PyResult<Prepared<'py>> {
         let call_id = call_id_arg(call_id)?;
         let exact = exact_str(crate::py_canon::check_name(name)?)?;
         let name_bytes = name_bytes(&exact)?;
         let spec = self.spec_of(py, &exact, &name_bytes)?;
-        let key = match &spec {
-            Some(s) if s.keep_whitespace => {
-                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key, name, args)?
+        let keep = spec.as_ref().is_some_and(|s| s.keep_whitespace);
+        let (key, invalid_arguments) = if text {
+            let keyed = if keep {
+                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, args)
+            } else {
+                json_key(py, name, args, &self.volatile)
+            };
+            match keyed {
+                Ok(key) => (key, None),
+                Err(err) => {
+                    let (key, why) = invalid_json(py, name, args, err)?;
+                    (key, Some(why))
+                }
             }
-            _ => canonical_key(py, name, args, &self.volatile)?,
+        } else if keep {
+            let helper = &guard_helpers(py)?.verbatim_key;
+            (self.verbatim_key(py, helper, name, args)?, None)
+        } else {
+            (canonical_key(py, name, args, &self.volatile)?, None)
         };
         Ok(Prepared {
             name: exact,
-            name_bytes,
-            key,
-            rule: spec.as_ref().and_then(|s| s.rule),
-            cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
-            call_id,
-            invalid_arguments: None,
-        })
-    }
-
-    /// Validates and keys one call whose arguments are JSON text; text that is not valid
-    /// JSON keys the call by its collapsed raw text instead of raising.
-    fn prepare_json<'py>(
-        &self,
-        py: Python<'py>,
-        name: &Bound<'py, PyAny>,
-        text: &Bound<'py, PyAny>,
-        call_id: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Prepared<'py>> {
-        let call_id = call_id_arg(call_id)?;
-        let spec = match name.cast::<PyString>() {
-            Ok(name) => {
-                let exact = exact_str(name)?;
-                let bytes = name_bytes(&exact)?;
-                self.spec_of(py, &exact, &bytes)?
-            }
-            Err(_) => None,
-        };
-        let keyed = match &spec {
-            Some(s) if s.keep_whitespace => {
-                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, text)
-            }
-            _ => json_key(py, name, text, &self.volatile),
-        };
-        let (key, invalid_arguments) = match keyed {
-            Ok(key) => (key, None),
-            Err(err) => {
-                let (key, why) = invalid_json(py, name, text, err)?;
-                (key, Some(why))
-            }
-        };
-        let name = exact_str(name.cast::<PyString>()?)?;
-        let name_bytes = name_bytes(&name)?;
-        Ok(Prepared {
-            name,
             name_bytes,
             key,
             rule: spec.as_ref().and_then(|s| s.rule),
@@ -818,7 +794,7 @@ impl Guard {
         args: &Bound<'_, PyAny>,
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Verdict>> {
-        let call = self.prepare(py, name, args, call_id)?;
+        let call = self.prepare(py, name, args, call_id, false)?;
         self.decide_one(py, &call)
     }
 
@@ -831,7 +807,7 @@ impl Guard {
         text: &Bound<'_, PyAny>,
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Verdict>> {
-        let call = self.prepare_json(py, name, text, call_id)?;
+        let call = self.prepare(py, name, text, call_id, true)?;
         self.decide_one(py, &call)
     }
 
@@ -868,11 +844,7 @@ impl Guard {
             let is_text = args.is_instance_of::<PyString>()
                 || args.is_instance_of::<pyo3::types::PyBytes>()
                 || args.is_instance_of::<pyo3::types::PyByteArray>();
-            prepared.push(if is_text {
-                self.prepare_json(py, &name, &args, call_id.as_ref())?
-            } else {
-                self.prepare(py, &name, &args, call_id.as_ref())?
-            });
+            prepared.push(self.prepare(py, &name, &args, call_id.as_ref(), is_text)?);
         }
         let mut released = Released::default();
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(prepared.len());
@@ -965,11 +937,13 @@ impl Guard {
         };
         // What the result means is the reference's to say (one source): its digest, whether
         // it is empty, whether it failed (and how, transiently or not), and the error's text.
-        let described = guard_helpers(py)?.describe_result.bind(py).call1((
+        let helpers = guard_helpers(py)?;
+        let described = helpers.describe_result.bind(py).call1((
             result,
             error.unwrap_or(&none),
             transient,
             policy,
+            helpers.native_call_key.bind(py),
         ))?;
         let (digest, empty, failed, transient, text): (
             Option<String>,

@@ -60,6 +60,7 @@ from tripwire._keys import (
     UNPARSABLE,
     call_key,
     call_key_json,
+    check_name,
     invalid_json,
     verbatim_key,
     verbatim_key_json,
@@ -522,22 +523,36 @@ class Guard:
             return None, None
         return policy.kind, policy.source
 
-    def _key(self, name: str, args: Any, policy: ToolPolicy | None) -> str:
-        if policy is not None and policy.whitespace == "keep":
-            return verbatim_key(name, args, self._volatile)
-        return call_key(name, args, volatile_keys=self._volatile)
+    def _prepare(
+        self, name: str, args: Any, text: bool
+    ) -> tuple[str, str, ToolPolicy | None, str | None]:
+        """The tool's exact name, the call's key, the tool's policy, and what is wrong with
+        arguments given as JSON ``text`` that do not parse (then the raw text keys the call).
+        Raises for a bad call, before anything changes."""
+        name = _exact(check_name(name))
+        with self._locked():
+            policy = self._policy(name)
+        keep = policy is not None and policy.whitespace == "keep"
+        if not text:
+            if keep:
+                return name, verbatim_key(name, args, self._volatile), policy, None
+            return name, call_key(name, args, volatile_keys=self._volatile), policy, None
+        try:
+            if keep:
+                key = verbatim_key_json(name, args, self._volatile)
+            else:
+                key = call_key_json(name, args, volatile_keys=self._volatile)
+        except UNPARSABLE as exc:
+            key, why = invalid_json(name, args, exc)
+            return name, key, policy, why
+        return name, key, policy, None
 
     # -- the check ------------------------------------------------------------------------
 
     def check(self, name: str, args: Any, /, *, call_id: str | None = None) -> Verdict:
         """The verdict on one call, before it is dispatched."""
         call_id = _check_call_id(call_id)
-        if not isinstance(name, str):
-            call_key(name, args)  # raises the key's own TypeError
-        name = _exact(name)
-        with self._locked():
-            policy = self._policy(name)
-        key = self._key(name, args, policy)
+        name, key, policy, _ = self._prepare(name, args, False)
         with self._locked():
             return self._decide(name, key, policy, call_id)
 
@@ -550,26 +565,9 @@ class Guard:
         raw text, whitespace collapsed, keys the call (a model that keeps sending the same
         broken arguments is looping too), and ``Verdict.invalid_arguments`` says why."""
         call_id = _check_call_id(call_id)
-        if isinstance(name, str):
-            with self._locked():
-                policy = self._policy(_exact(name))
-        else:
-            policy = None
-        key, invalid = self._json_key(name, text, policy)
+        name, key, policy, invalid = self._prepare(name, text, True)
         with self._locked():
-            return self._decide(_exact(name), key, policy, call_id, invalid)
-
-    def _json_key(
-        self, name: str, text: str | bytes | bytearray, policy: ToolPolicy | None
-    ) -> tuple[str, str | None]:
-        """The key of arguments given as JSON text, and what is wrong with the text, if it is
-        not valid JSON (then the raw text keys the call)."""
-        try:
-            if policy is not None and policy.whitespace == "keep":
-                return verbatim_key_json(name, text, self._volatile), None
-            return call_key_json(name, text, volatile_keys=self._volatile), None
-        except UNPARSABLE as exc:
-            return invalid_json(name, text, exc)
+            return self._decide(name, key, policy, call_id, invalid)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
@@ -587,21 +585,12 @@ class Guard:
         for index, call in enumerate(calls):
             name, args, call_id = _unpack_call(index, call)
             call_id = _check_call_id(call_id)
-            if not isinstance(name, str):
-                call_key(name, args)  # raises the key's own TypeError
-            name = _exact(name)
-            with self._locked():
-                policy = self._policy(name)
-            invalid = None
-            if isinstance(args, (str, bytes, bytearray)):
-                key, invalid = self._json_key(name, args, policy)
-            else:
-                key = self._key(name, args, policy)
-            prepared.append((name, key, policy, call_id, invalid))
+            text = isinstance(args, (str, bytes, bytearray))
+            prepared.append((*self._prepare(name, args, text), call_id))
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
         with self._locked():
-            for index, (name, key, policy, call_id, invalid) in enumerate(prepared):
+            for index, (name, key, policy, invalid, call_id) in enumerate(prepared):
                 earlier = first_of_key.get(key)
                 if earlier is None or self._retried(call_id, key):
                     first_of_key.setdefault(key, index)
