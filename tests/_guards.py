@@ -110,3 +110,13 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
         return ("ok", fn(*args, **kwargs))
     except Exception as exc:
         return (type(exc).__name__, str(exc))
+
+
+def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
+    """Declared policies as the hash-only (pre-#6) guard knew them: ``poll`` becomes
+    ``volatile``; ``max_polls``, ``empty`` and ``whitespace`` are dropped."""
+    mapped = {}
+    for tool, spec in tools.items():
+        kind = spec["policy"] if isinstance(spec, dict) else spec
+        mapped[tool] = "volatile" if kind == "poll" else kind
+    return mapped

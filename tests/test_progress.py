@@ -31,6 +31,7 @@ from _guards import (
     BACKENDS,
     NATIVE,
     REFERENCE,
+    baseline_tools,
     deep_args,
     fields,
     get_logs_args,
@@ -77,15 +78,6 @@ SCENARIO_IDS = [scenario["name"] for scenario in SCENARIOS]
 
 
 # -- replaying ------------------------------------------------------------------------------
-
-
-def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
-    """The scenario's policies as the hash-only (pre-#6) guard knew them."""
-    mapped = {}
-    for tool, spec in tools.items():
-        kind = spec["policy"] if isinstance(spec, dict) else spec
-        mapped[tool] = "volatile" if kind == "poll" else kind
-    return mapped
 
 
 def replay(module: ModuleType, scenario: dict[str, Any], *, progress: bool = True) -> list[Any]:

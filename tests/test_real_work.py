@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS, NATIVE, REFERENCE, fields, requires_native
+from _guards import BACKENDS, NATIVE, REFERENCE, baseline_tools, fields, requires_native
 
 SUITE = Path(__file__).parent / "scenarios" / "real_work.json"
 ENTRIES: list[dict[str, Any]] = json.loads(SUITE.read_text(encoding="utf-8"))
@@ -184,15 +184,6 @@ def replay(module: ModuleType, scenario: dict[str, Any], *, progress: bool = Tru
             if progress and verdict.action == "allow" and verdict.duplicate_of is None:
                 _observe(guard, seen, call, verdict)
     return seen
-
-
-def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
-    """Declared policies as the hash-only (pre-#6) guard knew them."""
-    mapped = {}
-    for tool, spec in tools.items():
-        kind = spec["policy"] if isinstance(spec, dict) else spec
-        mapped[tool] = "volatile" if kind == "poll" else kind
-    return mapped
 
 
 def _occurrences(seen: Replay, key: str) -> int:
