@@ -40,6 +40,8 @@ from typing import Any
 
 import pytest
 from _guards import BACKENDS, NATIVE, REFERENCE, baseline_tools, fields, requires_native
+from tripwire._keys import DEFAULT_VOLATILE_KEYS, verbatim_key
+from tripwire._policy import KNOWN_TOOLS
 
 SUITE = Path(__file__).parent / "scenarios" / "real_work.json"
 ENTRIES: list[dict[str, Any]] = json.loads(SUITE.read_text(encoding="utf-8"))
@@ -432,10 +434,13 @@ HASH_STOP = (
 )
 
 
-def hash_only_model(scenario: dict[str, Any]) -> list[tuple[Any, ...]]:
+def hash_only_model(
+    scenario: dict[str, Any], *, verbatim: frozenset[str] = frozenset()
+) -> list[tuple[Any, ...]]:
     """The seed's guard, written out: a window of 12 keys (whitespace collapsed, no
     policies), nudge at 2, stop at 3; identical calls within a turn are one; a call id seen
-    before with the same call is a redelivery, answered as before and not counted."""
+    before with the same call is a redelivery, answered as before and not counted. Tools in
+    ``verbatim`` are keyed with their arguments' whitespace kept."""
     recent: deque[str] = deque(maxlen=12)
     answered: dict[str, tuple[str, tuple[Any, ...]]] = {}
     verdicts: list[tuple[Any, ...]] = []
@@ -445,7 +450,10 @@ def hash_only_model(scenario: dict[str, Any]) -> list[tuple[Any, ...]]:
             continue
         turn: dict[str, tuple[Any, ...]] = {}
         for call in scripted.get("turn", [scripted]):
-            key = REFERENCE.call_key(call["tool"], _args(call))
+            if call["tool"] in verbatim:
+                key = verbatim_key(call["tool"], _args(call), DEFAULT_VOLATILE_KEYS)
+            else:
+                key = REFERENCE.call_key(call["tool"], _args(call))
             call_id = call.get("call_id")
             if call_id in answered and answered[call_id][0] == key:
                 verdicts.append(answered[call_id][1])
@@ -474,6 +482,30 @@ def hash_only_model(scenario: dict[str, Any]) -> list[tuple[Any, ...]]:
 def test_without_results_verdicts_are_the_seeds(tw: ModuleType, scenario: dict[str, Any]) -> None:
     # Hash-only: no inference, no observe, no user messages: exactly the seed's window count.
     assert summary(replay(tw, scenario, progress=False)) == hash_only_model(scenario)
+
+
+# The well-known code-editing tools, whose arguments keep their whitespace in the key.
+EDITING_TOOLS = frozenset(name for name, (_, ws) in KNOWN_TOOLS.items() if ws == "keep")
+
+
+@pytest.mark.parametrize("scenario", ALL)
+def test_the_default_guard_without_results_is_the_seeds(
+    tw: ModuleType, scenario: dict[str, Any]
+) -> None:
+    """Issue 16: with policies inferred (the default) but no results told, verdicts are the
+    seed's, except that the known code-editing tools keep their arguments' whitespace."""
+    guard = tw.Guard(tools=baseline_tools(scenario["tools"]))
+    verdicts: list[Any] = []
+    for step in scenario["steps"]:
+        if "user" in step:
+            continue
+        calls = step.get("turn", [step])
+        verdicts += guard.check_turn([(c["tool"], _args(c), c.get("call_id")) for c in calls])
+        if any(v.action == "stop" for v in verdicts):
+            break
+    model = hash_only_model(scenario, verbatim=EDITING_TOOLS)
+    seen = [(v.action, v.reason, v.repeats, v.step, v.message) for v in verdicts]
+    assert seen[: len(model)] == model
 
 
 def test_the_hash_only_guard_misjudges_real_work() -> None:
