@@ -10,7 +10,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::canon::Text;
+use crate::canon::{self, Text};
 use crate::guard::{
     Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Reason, Released, RunState,
     ToolRule,
@@ -35,6 +35,8 @@ struct ToolSpec {
     keep_whitespace: bool,
     /// Declared `read`: its results may be served from the run's cache.
     cacheable: bool,
+    /// What counts as an empty result is the built-in rule (no `empty` setting).
+    plain_empties: bool,
     /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
@@ -384,6 +386,8 @@ impl Verdict {
 pub struct Guard {
     limits: Limits,
     volatile: Arc<VolatileKeys>,
+    /// Results are keyed with the default volatile keys, as the reference keys them.
+    default_volatile: Arc<VolatileKeys>,
     /// Declared policies, by tool name (WTF-8).
     tools: ToolSpecs,
     tools_repr: String,
@@ -459,10 +463,13 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
         .unwrap_or(u32::MAX);
     let whitespace: String = policy.getattr("whitespace")?.extract()?;
     let source: String = policy.getattr("source")?.extract()?;
+    let empty_answers: bool = policy.getattr("empty_answers")?.extract()?;
+    let empty_digests = policy.getattr("empty_digests")?.len()?;
     Ok(ToolSpec {
         rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
         keep_whitespace: whitespace == "keep",
         cacheable: policy_kind == Some(Policy::Read) && source == "declared",
+        plain_empties: !empty_answers && empty_digests == 0,
         policy: policy.unbind(),
     })
 }
@@ -580,6 +587,77 @@ impl Guard {
         })
     }
 
+    /// What a plain result says (see `plain_result`): its key, as the reference keys it
+    /// (`None` where it cannot be keyed), and whether it is empty.
+    fn plain_outcome(
+        &self,
+        py: Python<'_>,
+        result: &Bound<'_, PyAny>,
+        empty: bool,
+    ) -> PyResult<Outcome<Py<PyString>>> {
+        let name = pyo3::intern!(py, "result").as_any();
+        let digest = match canonical_key(py, name, result, &self.default_volatile) {
+            Ok(key) => Some(key),
+            Err(err)
+                if err.is_instance_of::<PyTypeError>(py)
+                    || err.is_instance_of::<PyValueError>(py)
+                    || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py)
+                    || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+                    || err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) =>
+            {
+                None
+            }
+            Err(err) => return Err(err),
+        };
+        Ok(Outcome {
+            result: digest,
+            empty: empty && digest.is_some(),
+            failed: false,
+            transient: false,
+            error: None,
+        })
+    }
+
+    /// What a result says, by the reference's `describe_result` (one source of the rules):
+    /// its digest, whether it is empty, whether it failed (and how, transiently or not), and
+    /// the error's text.
+    fn described_outcome(
+        &self,
+        py: Python<'_>,
+        spec: Option<&ToolSpec>,
+        result: &Bound<'_, PyAny>,
+        error: Option<&Bound<'_, PyAny>>,
+        transient: &Bound<'_, PyAny>,
+    ) -> PyResult<Outcome<Py<PyString>>> {
+        let none = py.None().into_bound(py);
+        let policy = match spec {
+            Some(spec) => spec.policy.bind(py).clone(),
+            None => none.clone(),
+        };
+        let helpers = guard_helpers(py)?;
+        let described = helpers.describe_result.bind(py).call1((
+            result,
+            error.unwrap_or(&none),
+            transient,
+            policy,
+            helpers.native_call_key.bind(py),
+        ))?;
+        let (digest, empty, failed, transient, text): (
+            Option<String>,
+            bool,
+            bool,
+            bool,
+            Option<Py<PyString>>,
+        ) = described.extract()?;
+        Ok(Outcome {
+            result: digest.as_deref().map(parse_digest).transpose()?,
+            empty,
+            failed,
+            transient,
+            error: text,
+        })
+    }
+
     /// Decides one prepared call: the verdict object is made after the lock is released,
     /// and so are the objects the state let go of dropped.
     fn decide_one(&self, py: Python<'_>, call: &Prepared<'_>) -> PyResult<Py<Verdict>> {
@@ -671,6 +749,44 @@ impl Guard {
     }
 }
 
+/// Whether a result is one of the commonest kinds that the reference's `describe_result`
+/// short-cuts (a list that is no content-block list; a text that can be neither JSON nor an
+/// error's), and if so whether it is empty; `None`: the full rules apply. The same test as
+/// the reference's, kept equal by the state machine: a faster path, not another rule.
+fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    if let Ok(list) = result.cast_exact::<PyList>() {
+        let Ok(first) = list.get_item(0) else {
+            return Ok(Some(true));
+        };
+        let Ok(block) = first.cast_exact::<PyDict>() else {
+            return Ok(Some(false));
+        };
+        return Ok(match block.get_item("type")? {
+            None => Some(false),
+            Some(kind) => match kind.cast_exact::<PyString>() {
+                Ok(kind) => {
+                    let kind = kind.to_cow()?;
+                    (!matches!(&*kind, "text" | "input_text" | "output_text")).then_some(false)
+                }
+                // A str subclass may compare as anything: the full rules decide.
+                Err(_) if kind.is_instance_of::<PyString>() => None,
+                Err(_) => Some(false),
+            },
+        });
+    }
+    if let Ok(text) = result.cast_exact::<PyString>() {
+        let Some(first) = text_of(text)?.code_points().next() else {
+            return Ok(None);
+        };
+        let json_or_error = matches!(
+            char::from_u32(first),
+            Some('[' | '{' | '"' | 'n' | 'e' | 'E' | '<')
+        );
+        return Ok((!json_or_error && !canon::is_python_whitespace(first)).then_some(false));
+    }
+    Ok(None)
+}
+
 /// A call id, as the Python str and as bytes to compare without Python.
 struct CallId {
     object: Py<PyString>,
@@ -752,6 +868,7 @@ impl Guard {
             _ => None,
         };
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
+        let default_volatile = VolatileKeys::from_arg(py, None)?;
         let (tools, tools_repr) = tools_arg(py, tools)?;
         // None means the default (True), as for the other options.
         let yes = PyBool::new(py, true).to_owned().into_any();
@@ -775,6 +892,7 @@ impl Guard {
         Ok(Guard {
             limits,
             volatile,
+            default_volatile,
             tools,
             tools_repr,
             infer: infer.is_true(),
@@ -931,33 +1049,11 @@ impl Guard {
         }
         let tool = verdict.tool.bind(py);
         let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
-        let policy = match &spec {
-            Some(spec) => spec.policy.bind(py).clone(),
-            None => none.clone(),
-        };
-        // What the result means is the reference's to say (one source): its digest, whether
-        // it is empty, whether it failed (and how, transiently or not), and the error's text.
-        let helpers = guard_helpers(py)?;
-        let described = helpers.describe_result.bind(py).call1((
-            result,
-            error.unwrap_or(&none),
-            transient,
-            policy,
-            helpers.native_call_key.bind(py),
-        ))?;
-        let (digest, empty, failed, transient, text): (
-            Option<String>,
-            bool,
-            bool,
-            bool,
-            Option<Py<PyString>>,
-        ) = described.extract()?;
-        let outcome = Outcome {
-            result: digest.as_deref().map(parse_digest).transpose()?,
-            empty,
-            failed,
-            transient,
-            error: text,
+        let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
+        let plain_empties = spec.as_ref().is_none_or(|s| s.plain_empties);
+        let outcome = match plain_result(result)? {
+            Some(empty) if !told && plain_empties => self.plain_outcome(py, result, empty)?,
+            _ => self.described_outcome(py, spec.as_deref(), result, error, transient)?,
         };
         let call_id = match &verdict.call_id {
             Some(id) => Some(wtf8_of(id.bind(py))?),

@@ -193,6 +193,16 @@ OBSERVED: tuple[Any, ...] = (
     {"rows": 3.0},
     SdkResult("ok"),
     {"content": [{"type": "text", "text": "ok"}], "isError": False},
+    # Shapes the native observe short-cuts, and their neighbours that it must not (issue 16):
+    # a content-block list, a record list, text led by space or by a JSON or error start.
+    [{"type": "text", "text": "ok"}],
+    [{"type": "row", "id": 1}],
+    [{"id": 1}],
+    " ok",
+    "null",
+    "nothing found",
+    "Error: not found",
+    '"ok"',
 )
 
 # Failures as harnesses report them (issue 16): ``(result, error, transient)`` for observe.

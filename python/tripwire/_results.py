@@ -33,6 +33,8 @@ _TRANSIENT_TEXT: Final = re.compile(
     r"|try again later",
     re.IGNORECASE,
 )
+# First characters of a text that may be JSON or an error, so not plain text ("" too: empty).
+_NOT_PLAIN_TEXT: Final = frozenset({"", "[", "{", '"', "n", "e", "E", "<"})
 # How much of an error's text a message quotes.
 ERROR_TEXT_CHARS: Final = 200
 
@@ -155,6 +157,25 @@ def describe_result(
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
     results (a failure's digest is its error text's, so it never equals a success's)."""
+    if error is None and (policy is None or not (policy.empty_answers or policy.empty_digests)):
+        # The commonest results, short-cut (the same rules, none of the envelope checks
+        # applies): a list that is no content-block list, a text that can be neither JSON nor
+        # an error's ("Error: ...", "<tool_use_error>"). observe runs once per tool call.
+        kind = type(result)
+        plain = (
+            kind is list
+            and (
+                not result
+                or type(result[0]) is not dict
+                or result[0].get("type") not in _TEXT_BLOCKS
+            )
+        ) or (kind is str and result[:1] not in _NOT_PLAIN_TEXT and not result[:1].isspace())
+        if plain:
+            try:
+                found: str | None = key("result", result)
+            except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
+                return None, False, False, False, None
+            return found, not result, False, False, None
     value, flagged = unwrap(result)
     if error is None or error is True:
         failed = flagged if flagged is not None else error is True
