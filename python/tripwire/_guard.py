@@ -970,10 +970,11 @@ class Guard:
             )
         return self._config
 
-    def snapshot(self, *, state_only: bool = False) -> bytes:
+    def snapshot(self, *, state_only: bool | None = None) -> bytes:
         """The guard as bytes: its configuration and run state (``state_only``: the state
         and a digest of the configuration, for a store that keeps the state of guards made
         alike, to ``load``). The format: ``tripwire._snapshot``."""
+        state_only = False if state_only is None else state_only
         if not isinstance(state_only, bool):
             raise TypeError(f"state_only must be a bool, not {type(state_only).__name__}")
         config = self._config_bytes()
@@ -984,7 +985,7 @@ class Guard:
         return frame(FULL, config, state)
 
     @classmethod
-    def from_snapshot(cls, data: bytes, /) -> Guard:
+    def from_snapshot(cls, data: bytes | bytearray | memoryview, /) -> Guard:
         """The guard a ``snapshot()`` was taken of, mid-run: it gives the verdicts the
         original would have. ``ValueError`` (``SnapshotError``) for anything else."""
         kind, head, reader = unframe(data)
@@ -1016,7 +1017,7 @@ class Guard:
             )
         return guard
 
-    def load(self, data: bytes, /) -> None:
+    def load(self, data: bytes | bytearray | memoryview, /) -> None:
         """Replaces the run state with a snapshot's (either kind) of a guard with the same
         configuration; ``ValueError`` (``SnapshotError``), and nothing changed, otherwise."""
         kind, head, reader = unframe(data)
@@ -1144,8 +1145,8 @@ class Guard:
         head = reader.u8()
         if head & 3 == 3:
             raise SnapshotError("not a tripwire guard snapshot: an unknown action")
-        action: Action = ACTIONS[head & 3]  # type: ignore[assignment]
-        reason: Reason | None = REASONS[head >> 2 & 3]  # type: ignore[assignment]
+        action: Action = ACTIONS[head & 3]
+        reason: Reason | None = REASONS[head >> 2 & 3]
         tool, key = reader.text(), reader.key()
         repeats, step = reader.varint(MAX_U32), reader.varint()
         cached = json_value(reader.raw()) if head & H_CACHED else None

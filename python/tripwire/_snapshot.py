@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tripwire._keys import DEFAULT_VOLATILE_KEYS
-from tripwire._policy import POLICIES, ToolPolicy, check_int
+from tripwire._policy import POLICIES, Policy, ToolPolicy, check_int
 
 MAGIC: Final = b"TWGS"
 VERSION: Final = 1
@@ -108,9 +108,7 @@ def config_bytes(
         volatile_names: list[str] | None = None
     else:
         if not all(type(name) is str for name in volatile):
-            raise TypeError(
-                "a guard whose volatile_keys are not all str cannot be snapshotted"
-            )
+            raise TypeError("a guard whose volatile_keys are not all str cannot be snapshotted")
         volatile_names = sorted(volatile)
     config = {
         "window": window,
@@ -166,7 +164,7 @@ class Config:
     tools: dict[str, ToolPolicy]
     tools_repr: str
     infer: bool
-    definitions: dict[str, str]
+    definitions: dict[str, Policy]
 
 
 def read_config(data: bytes) -> Config:
