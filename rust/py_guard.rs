@@ -23,12 +23,12 @@ use crate::py_json::{invalid_json, json_key};
 /// lock is released, because allocating one can start a garbage collection whose callbacks
 /// run Python code, which may use this guard or hand the GIL to a thread that would then
 /// wait on the lock while holding the GIL.
-type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
+pub(crate) type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
 type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
 
 /// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
 /// inferred it.
-struct ToolSpec {
+pub(crate) struct ToolSpec {
     /// `None`: no policy (a tool of unknown kind).
     rule: Option<ToolRule>,
     /// Its string arguments keep their whitespace in the key.
@@ -41,7 +41,7 @@ struct ToolSpec {
     policy: Py<PyAny>,
 }
 
-type ToolSpecs = NameMap<Arc<ToolSpec>>;
+pub(crate) type ToolSpecs = NameMap<Arc<ToolSpec>>;
 
 /// How many undeclared tools' inferred policies a guard remembers (the reference's
 /// `INFERRED_TOOLS`: tool names come from the model, so the memory is bounded).
@@ -106,7 +106,7 @@ struct Prepared<'py> {
 }
 
 /// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
-enum VerdictDetail {
+pub(crate) enum VerdictDetail {
     Plain,
     Unchanged,
     Failed(Py<PyString>, u32),
@@ -183,20 +183,20 @@ impl VerdictDetail {
 /// What the guard says about one call. Immutable; `message` is built when read.
 #[pyclass(frozen, module = "tripwire", name = "Verdict")]
 pub struct Verdict {
-    action: Action,
-    reason: Option<Reason>,
-    tool: Py<PyString>,
-    key: Key,
-    repeats: u32,
-    step: u64,
-    cached: Option<Py<PyAny>>,
-    call_id: Option<Py<PyString>>,
-    duplicate_of: Option<usize>,
-    invalid_arguments: Option<Py<PyString>>,
-    window: usize,
+    pub(crate) action: Action,
+    pub(crate) reason: Option<Reason>,
+    pub(crate) tool: Py<PyString>,
+    pub(crate) key: Key,
+    pub(crate) repeats: u32,
+    pub(crate) step: u64,
+    pub(crate) cached: Option<Py<PyAny>>,
+    pub(crate) call_id: Option<Py<PyString>>,
+    pub(crate) duplicate_of: Option<usize>,
+    pub(crate) invalid_arguments: Option<Py<PyString>>,
+    pub(crate) window: usize,
     /// The guard's `max_steps` as the user wrote it, for the budget message.
-    budget: Option<Arc<str>>,
-    detail: VerdictDetail,
+    pub(crate) budget: Option<Arc<str>>,
+    pub(crate) detail: VerdictDetail,
 }
 
 impl Verdict {
@@ -384,28 +384,37 @@ impl Verdict {
 /// deadlock.
 #[pyclass(frozen, module = "tripwire", name = "Guard")]
 pub struct Guard {
-    limits: Limits,
-    volatile: Arc<VolatileKeys>,
-    /// Results are keyed with the default volatile keys, as the reference keys them.
-    default_volatile: Arc<VolatileKeys>,
-    /// Declared policies, by tool name (WTF-8).
-    tools: ToolSpecs,
-    tools_repr: String,
-    /// Whether undeclared tools get an inferred policy.
-    infer: bool,
-    /// What `definitions=` said, as the reference's `check_definitions` made it.
-    definitions: Py<PyAny>,
+    /// Shared by the guards restored from snapshots of one configuration (py_snapshot.rs).
+    pub(crate) config: Arc<GuardConfig>,
     /// Inferred policies of the undeclared tools met so far (`None`: no policy). A lock of
     /// its own, taken before keying (the policy says whether whitespace is kept) and never
     /// while Python code runs.
     inferred: Mutex<NameMap<Option<Arc<ToolSpec>>>>,
-    max_steps_text: Option<Arc<str>>,
-    state: Mutex<State>,
+    pub(crate) state: Mutex<State>,
+}
+
+/// What a guard is made with, as checked by the reference's helpers.
+pub(crate) struct GuardConfig {
+    pub(crate) limits: Limits,
+    pub(crate) volatile: Arc<VolatileKeys>,
+    /// Declared policies, by tool name (WTF-8).
+    pub(crate) tools: ToolSpecs,
+    /// The same, as the reference's `check_tools` returned them (name: `ToolPolicy`).
+    pub(crate) tools_checked: Py<PyDict>,
+    pub(crate) tools_repr: String,
+    /// Whether undeclared tools get an inferred policy.
+    pub(crate) infer: bool,
+    /// What `definitions=` said, as the reference's `check_definitions` made it.
+    pub(crate) definitions: Py<PyAny>,
+    /// The guard's `max_steps` as the user wrote it, for messages.
+    pub(crate) max_steps_text: Option<Arc<str>>,
+    /// The configuration as a snapshot writes it, and its digest; made when first asked.
+    pub(crate) written: std::sync::OnceLock<(Box<[u8]>, [u8; 8])>,
 }
 
 /// Validates the numbers with the reference's own `check_limits` (one source of the rules
 /// and messages), then converts them.
-fn limits_arg<'py>(
+pub(crate) fn limits_arg<'py>(
     py: Python<'py>,
     window: Option<&Bound<'py, PyAny>>,
     nudge_at: Option<&Bound<'py, PyAny>>,
@@ -442,7 +451,7 @@ fn limits_arg<'py>(
 }
 
 /// `f"{value}"`, as the reference's messages write numbers.
-fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
+pub(crate) fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
     value.call_method1("__format__", ("",))?.extract::<String>()
 }
 
@@ -475,7 +484,15 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
 }
 
 impl Guard {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn with_config(config: Arc<GuardConfig>) -> Guard {
+        Guard {
+            config,
+            inferred: Mutex::new(NameMap::default()),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic cannot happen while the lock is held (no user data is unwrapped there), but
         // if one ever did, the state is still consistent at every await-free step: go on.
         self.state
@@ -491,12 +508,12 @@ impl Guard {
         name: &Bound<'_, PyString>,
         name_bytes: &[u8],
     ) -> PyResult<Option<Arc<ToolSpec>>> {
-        if !self.tools.is_empty() {
-            if let Some(spec) = self.tools.get(name_bytes) {
+        if !self.config.tools.is_empty() {
+            if let Some(spec) = self.config.tools.get(name_bytes) {
                 return Ok(Some(spec.clone()));
             }
         }
-        if !self.infer {
+        if !self.config.infer {
             return Ok(None);
         }
         let lock = || {
@@ -511,7 +528,7 @@ impl Guard {
         let policy = guard_helpers(py)?
             .infer_policy
             .bind(py)
-            .call1((name, self.definitions.bind(py)))?;
+            .call1((name, self.config.definitions.bind(py)))?;
         let spec = if policy.is_none() {
             None
         } else {
@@ -536,7 +553,7 @@ impl Guard {
     ) -> PyResult<Key> {
         let hex: String = helper
             .bind(py)
-            .call1((name, args, self.volatile.set(py)))?
+            .call1((name, args, self.config.volatile.set(py)))?
             .extract()?;
         parse_digest(&hex)
     }
@@ -561,7 +578,7 @@ impl Guard {
             let keyed = if keep {
                 self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, args)
             } else {
-                json_key(py, name, args, &self.volatile)
+                json_key(py, name, args, &self.config.volatile)
             };
             match keyed {
                 Ok(key) => (key, None),
@@ -574,7 +591,7 @@ impl Guard {
             let helper = &guard_helpers(py)?.verbatim_key;
             (self.verbatim_key(py, helper, name, args)?, None)
         } else {
-            (canonical_key(py, name, args, &self.volatile)?, None)
+            (canonical_key(py, name, args, &self.config.volatile)?, None)
         };
         Ok(Prepared {
             name: exact,
@@ -584,77 +601,6 @@ impl Guard {
             cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
             call_id,
             invalid_arguments,
-        })
-    }
-
-    /// What a plain result says (see `plain_result`): its key, as the reference keys it
-    /// (`None` where it cannot be keyed), and whether it is empty.
-    fn plain_outcome(
-        &self,
-        py: Python<'_>,
-        result: &Bound<'_, PyAny>,
-        empty: bool,
-    ) -> PyResult<Outcome<Py<PyString>>> {
-        let name = pyo3::intern!(py, "result").as_any();
-        let digest = match canonical_key(py, name, result, &self.default_volatile) {
-            Ok(key) => Some(key),
-            Err(err)
-                if err.is_instance_of::<PyTypeError>(py)
-                    || err.is_instance_of::<PyValueError>(py)
-                    || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py)
-                    || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
-                    || err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) =>
-            {
-                None
-            }
-            Err(err) => return Err(err),
-        };
-        Ok(Outcome {
-            result: digest,
-            empty: empty && digest.is_some(),
-            failed: false,
-            transient: false,
-            error: None,
-        })
-    }
-
-    /// What a result says, by the reference's `describe_result` (one source of the rules):
-    /// its digest, whether it is empty, whether it failed (and how, transiently or not), and
-    /// the error's text.
-    fn described_outcome(
-        &self,
-        py: Python<'_>,
-        spec: Option<&ToolSpec>,
-        result: &Bound<'_, PyAny>,
-        error: Option<&Bound<'_, PyAny>>,
-        transient: &Bound<'_, PyAny>,
-    ) -> PyResult<Outcome<Py<PyString>>> {
-        let none = py.None().into_bound(py);
-        let policy = match spec {
-            Some(spec) => spec.policy.bind(py).clone(),
-            None => none.clone(),
-        };
-        let helpers = guard_helpers(py)?;
-        let described = helpers.describe_result.bind(py).call1((
-            result,
-            error.unwrap_or(&none),
-            transient,
-            policy,
-            helpers.native_call_key.bind(py),
-        ))?;
-        let (digest, empty, failed, transient, text): (
-            Option<String>,
-            bool,
-            bool,
-            bool,
-            Option<Py<PyString>>,
-        ) = described.extract()?;
-        Ok(Outcome {
-            result: digest.as_deref().map(parse_digest).transpose()?,
-            empty,
-            failed,
-            transient,
-            error: text,
         })
     }
 
@@ -702,7 +648,7 @@ impl Guard {
             );
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
-        let decision: Decision = state.decide(&self.limits, key, tool, rule);
+        let decision: Decision = state.decide(&self.config.limits, key, tool, rule);
         let error = |digest: &Key| match state.error_text(*digest) {
             Some(text) => text.clone_ref(py),
             None => PyString::new(py, "").unbind(),
@@ -730,14 +676,14 @@ impl Guard {
             call_id: call_id.map(|c| c.object.clone_ref(py)),
             duplicate_of: None,
             invalid_arguments: invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
-            window: self.limits.window,
-            budget: self.max_steps_text.clone(),
+            window: self.config.limits.window,
+            budget: self.config.max_steps_text.clone(),
             detail,
         };
         let latched = (decision.action == Action::Stop).then(|| verdict.copy(py, None, None));
         let remembered = call_id.map(|c| (&*c.bytes, verdict.duplicate(py)));
         released.absorb(state.commit(
-            &self.limits,
+            &self.config.limits,
             key,
             tool,
             &decision,
@@ -785,6 +731,78 @@ fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
         return Ok((!json_or_error && !canon::is_python_whitespace(first)).then_some(false));
     }
     Ok(None)
+}
+
+/// What a plain result says (see `plain_result`): its key, as the reference keys it (with
+/// the default volatile keys; `None` where it cannot be keyed), and whether it is empty.
+fn plain_outcome(
+    py: Python<'_>,
+    result: &Bound<'_, PyAny>,
+    empty: bool,
+) -> PyResult<Outcome<Py<PyString>>> {
+    let name = pyo3::intern!(py, "result").as_any();
+    let keyed = VolatileKeys::with_arg(py, None, |volatile| {
+        canonical_key(py, name, result, volatile)
+    });
+    let digest = match keyed {
+        Ok(key) => Some(key),
+        Err(err)
+            if err.is_instance_of::<PyTypeError>(py)
+                || err.is_instance_of::<PyValueError>(py)
+                || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py)
+                || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+                || err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) =>
+        {
+            None
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(Outcome {
+        result: digest,
+        empty: empty && digest.is_some(),
+        failed: false,
+        transient: false,
+        error: None,
+    })
+}
+
+/// What a result says, by the reference's `describe_result` (one source of the rules): its
+/// digest, whether it is empty, whether it failed (and how, transiently or not), and the
+/// error's text.
+fn described_outcome(
+    py: Python<'_>,
+    spec: Option<&ToolSpec>,
+    result: &Bound<'_, PyAny>,
+    error: Option<&Bound<'_, PyAny>>,
+    transient: &Bound<'_, PyAny>,
+) -> PyResult<Outcome<Py<PyString>>> {
+    let none = py.None().into_bound(py);
+    let policy = match spec {
+        Some(spec) => spec.policy.bind(py).clone(),
+        None => none.clone(),
+    };
+    let helpers = guard_helpers(py)?;
+    let described = helpers.describe_result.bind(py).call1((
+        result,
+        error.unwrap_or(&none),
+        transient,
+        policy,
+        helpers.native_call_key.bind(py),
+    ))?;
+    let (digest, empty, failed, transient, text): (
+        Option<String>,
+        bool,
+        bool,
+        bool,
+        Option<Py<PyString>>,
+    ) = described.extract()?;
+    Ok(Outcome {
+        result: digest.as_deref().map(parse_digest).transpose()?,
+        empty,
+        failed,
+        transient,
+        error: text,
+    })
 }
 
 /// A call id, as the Python str and as bytes to compare without Python.
@@ -868,8 +886,7 @@ impl Guard {
             _ => None,
         };
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-        let default_volatile = VolatileKeys::from_arg(py, None)?;
-        let (tools, tools_repr) = tools_arg(py, tools)?;
+        let (tools, tools_checked, tools_repr) = tools_arg(py, tools)?;
         // None means the default (True), as for the other options.
         let yes = PyBool::new(py, true).to_owned().into_any();
         let infer = infer.filter(|i| !i.is_none()).unwrap_or(&yes);
@@ -889,18 +906,17 @@ impl Guard {
             .bind(py)
             .call1((definitions.unwrap_or(&none),))?
             .unbind();
-        Ok(Guard {
+        Ok(Guard::with_config(Arc::new(GuardConfig {
             limits,
             volatile,
-            default_volatile,
             tools,
+            tools_checked,
             tools_repr,
             infer: infer.is_true(),
             definitions,
-            inferred: Mutex::new(NameMap::default()),
             max_steps_text,
-            state: Mutex::new(State::default()),
-        })
+            written: std::sync::OnceLock::new(),
+        })))
     }
 
     /// The verdict on one call, before it is dispatched.
@@ -1015,7 +1031,7 @@ impl Guard {
             return Ok(());
         }
         let tool = name_bytes(verdict.tool.bind(py))?;
-        if !self.tools.get(&*tool).is_some_and(|s| s.cacheable) {
+        if !self.config.tools.get(&*tool).is_some_and(|s| s.cacheable) {
             return Ok(());
         }
         let released = self
@@ -1052,8 +1068,8 @@ impl Guard {
         let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
         let plain_empties = spec.as_ref().is_none_or(|s| s.plain_empties);
         let outcome = match plain_result(result)? {
-            Some(empty) if !told && plain_empties => self.plain_outcome(py, result, empty)?,
-            _ => self.described_outcome(py, spec.as_deref(), result, error, transient)?,
+            Some(empty) if !told && plain_empties => plain_outcome(py, result, empty)?,
+            _ => described_outcome(py, spec.as_deref(), result, error, transient)?,
         };
         let call_id = match &verdict.call_id {
             Some(id) => Some(wtf8_of(id.bind(py))?),
@@ -1089,6 +1105,48 @@ impl Guard {
         })
     }
 
+    /// The guard as bytes (the format: `tripwire/_snapshot.py`); `state_only`: the run
+    /// state and the configuration's digest, for `load` into a guard made alike.
+    #[pyo3(signature = (*, state_only = None))]
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        state_only: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let state_only = match state_only {
+            None => false,
+            Some(flag) => flag.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                let kind = flag.get_type().name().map(|n| n.to_string());
+                PyTypeError::new_err(format!(
+                    "state_only must be a bool, not {}",
+                    kind.unwrap_or_default()
+                ))
+            })?,
+        };
+        crate::py_snapshot::snapshot(py, self, state_only)
+    }
+
+    /// The guard a `snapshot()` was taken of, mid-run.
+    #[staticmethod]
+    #[pyo3(signature = (data, /))]
+    fn from_snapshot(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Guard> {
+        crate::py_snapshot::from_snapshot(py, data)
+    }
+
+    /// Replaces the run state with a snapshot's, of a guard with the same configuration.
+    #[pyo3(signature = (data, /))]
+    fn load(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::py_snapshot::load(py, self, data)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyBytes>,))> {
+        let restore = slf.get_type().getattr("from_snapshot")?;
+        let data = crate::py_snapshot::snapshot(slf.py(), slf.get(), false)?;
+        Ok((restore, (data,)))
+    }
+
     /// Forgets the run: window, steps, stop, call ids and cached results.
     fn reset(&self) {
         let released = self.lock().reset();
@@ -1115,15 +1173,15 @@ impl Guard {
     }
 
     fn __repr__(&self) -> String {
-        let max_steps = self.max_steps_text.as_deref().unwrap_or("None");
-        let infer = if self.infer { "True" } else { "False" };
+        let max_steps = self.config.max_steps_text.as_deref().unwrap_or("None");
+        let infer = if self.config.infer { "True" } else { "False" };
         format!(
             "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, \
              infer={infer}, steps={})",
-            self.limits.window,
-            self.limits.nudge_at,
-            self.limits.stop_at,
-            self.tools_repr,
+            self.config.limits.window,
+            self.config.limits.nudge_at,
+            self.config.limits.stop_at,
+            self.config.tools_repr,
             self.steps()
         )
     }
@@ -1131,17 +1189,31 @@ impl Guard {
 
 /// Validates `tools=` with the reference's own `check_tools` (one set of rules and
 /// messages), and takes the policies it returns; also their repr.
-fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolSpecs, String)> {
-    let mut specs = NameMap::default();
+fn tools_arg(
+    py: Python<'_>,
+    tools: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(ToolSpecs, Py<PyDict>, String)> {
     let tools = match tools {
         Some(t) if !t.is_none() => t.clone(),
-        _ => return Ok((specs, "{}".to_string())),
+        _ => {
+            return Ok((
+                NameMap::default(),
+                PyDict::new(py).unbind(),
+                "{}".to_string(),
+            ))
+        }
     };
     let (checked, shown): (Bound<'_, PyDict>, String) = guard_helpers(py)?
         .check_tools
         .bind(py)
         .call1((tools,))?
         .extract()?;
+    Ok((specs_of(&checked)?, checked.unbind(), shown))
+}
+
+/// Tool specs from a dict of the reference's `ToolPolicy` objects by tool name.
+pub(crate) fn specs_of(checked: &Bound<'_, PyDict>) -> PyResult<ToolSpecs> {
+    let mut specs = NameMap::default();
     for (name, policy) in checked.iter() {
         let name = name.cast_into::<PyString>()?;
         specs.insert(
@@ -1149,5 +1221,5 @@ fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(Tool
             Arc::new(spec_of_policy(policy)?),
         );
     }
-    Ok((specs, shown))
+    Ok(specs)
 }
