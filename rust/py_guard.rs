@@ -23,8 +23,39 @@ use crate::py_json::{invalid_json, json_key};
 /// lock is released, because allocating one can start a garbage collection whose callbacks
 /// run Python code, which may use this guard or hand the GIL to a thread that would then
 /// wait on the lock while holding the GIL.
-pub(crate) type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
-type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
+pub(crate) type State = RunState<Stored, Py<PyAny>, Py<PyString>>;
+type Dropped = Released<Stored, Py<PyAny>, Py<PyString>>;
+
+/// A verdict the run state keeps: the stop latch, and the call-id memory's.
+pub(crate) enum Stored {
+    Live(Verdict),
+    /// Restored from a snapshot and not asked for since: its bytes as written, made into a
+    /// `Verdict` only when a retried delivery (or a check after the stop) asks for it.
+    /// Restoring a run then makes no Python object per remembered call id (a fleet's worker
+    /// restores the run on every check; a retried delivery is rare). Never one with a
+    /// cached result: those are read whole, so that a bad one fails the restore.
+    Encoded {
+        bytes: Box<[u8]>,
+        step: u64,
+    },
+}
+
+impl Stored {
+    /// The verdict, as a new object with the same fields.
+    fn verdict(&self, py: Python<'_>, config: &GuardConfig) -> PyResult<Verdict> {
+        match self {
+            Stored::Live(verdict) => Ok(verdict.duplicate(py)),
+            Stored::Encoded { bytes, .. } => crate::py_snapshot::decode_verdict(py, config, bytes),
+        }
+    }
+
+    pub(crate) fn step(&self) -> u64 {
+        match self {
+            Stored::Live(verdict) => verdict.step,
+            Stored::Encoded { step, .. } => *step,
+        }
+    }
+}
 
 /// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
 /// inferred it.
@@ -613,7 +644,7 @@ impl Guard {
             self.decide_locked(py, &mut state, call, &mut released)
         };
         drop(released);
-        Py::new(py, verdict)
+        Py::new(py, verdict?)
     }
 
     /// Decides one call with the state locked by the caller.
@@ -623,7 +654,7 @@ impl Guard {
         state: &mut State,
         call: &Prepared<'_>,
         released: &mut Dropped,
-    ) -> Verdict {
+    ) -> PyResult<Verdict> {
         let Prepared {
             name,
             name_bytes,
@@ -636,16 +667,16 @@ impl Guard {
         let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
         let policy = rule.map(|r| r.policy);
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
-            return known.duplicate(py);
+            return known.verdict(py, &self.config);
         }
         if let Some(stop) = state.stopped() {
-            return stop.after_stop(
+            return Ok(stop.verdict(py, &self.config)?.after_stop(
                 py,
                 name,
                 key,
                 call_id.map(|c| c.object.clone_ref(py)),
                 invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
-            );
+            ));
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
         let decision: Decision = state.decide(&self.config.limits, key, tool, rule);
@@ -680,8 +711,9 @@ impl Guard {
             budget: self.config.max_steps_text.clone(),
             detail,
         };
-        let latched = (decision.action == Action::Stop).then(|| verdict.copy(py, None, None));
-        let remembered = call_id.map(|c| (&*c.bytes, verdict.duplicate(py)));
+        let latched =
+            (decision.action == Action::Stop).then(|| Stored::Live(verdict.copy(py, None, None)));
+        let remembered = call_id.map(|c| (&*c.bytes, Stored::Live(verdict.duplicate(py))));
         released.absorb(state.commit(
             &self.config.limits,
             key,
@@ -691,7 +723,7 @@ impl Guard {
             latched,
             remembered,
         ));
-        verdict
+        Ok(verdict)
     }
 }
 
@@ -998,14 +1030,14 @@ impl Guard {
                         );
                         if let Some(c) = call_id {
                             let step = copy.step;
-                            let remembered = copy.duplicate(py);
+                            let remembered = Stored::Live(copy.duplicate(py));
                             state.remember(&c.bytes, call.key, step, remembered, &mut released);
                         }
                         verdicts.push(copy);
                     }
                     _ => {
                         first_of_key.entry(call.key).or_insert(index);
-                        verdicts.push(self.decide_locked(py, &mut state, call, &mut released));
+                        verdicts.push(self.decide_locked(py, &mut state, call, &mut released)?);
                     }
                 }
             }

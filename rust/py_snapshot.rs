@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::key::Key;
 use crate::py_canon::{ascii_of, wtf8_of, VolatileKeys};
 use crate::py_guard::{
-    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Verdict, VerdictDetail,
+    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictDetail,
 };
 use crate::snapshot::{
     frame, unframe, write_cache, Decode, DetailData, Encode, Reader, SnapshotError, VerdictData,
@@ -248,14 +248,24 @@ fn detail_data(
     }
 }
 
-impl Encode<Verdict, Py<PyString>> for Encoder<'_> {
+impl Encode<Stored, Py<PyString>> for Encoder<'_> {
     fn write_text(&mut self, out: &mut Writer, text: &Py<PyString>) {
         let py = self.py;
         let bytes = self.bytes(text.bind(py));
         out.bytes(&bytes);
     }
 
-    fn write_verdict(&mut self, out: &mut Writer, verdict: &Verdict) {
+    fn write_verdict(&mut self, out: &mut Writer, verdict: &Stored) {
+        match verdict {
+            Stored::Live(verdict) => self.write_live(out, verdict),
+            // As it was read: the format is canonical, so these are the bytes it would write.
+            Stored::Encoded { bytes, .. } => out.raw(bytes),
+        }
+    }
+}
+
+impl Encoder<'_> {
+    fn write_live(&mut self, out: &mut Writer, verdict: &Verdict) {
         let py = self.py;
         let data = VerdictData {
             action: verdict.action,
@@ -424,7 +434,7 @@ impl Decoder<'_> {
     }
 }
 
-impl Decode<Verdict, Py<PyAny>, Py<PyString>> for Decoder<'_> {
+impl Decode<Stored, Py<PyAny>, Py<PyString>> for Decoder<'_> {
     fn same_text(&mut self, text: &Py<PyString>, bytes: &[u8]) -> bool {
         str_bytes(text.bind(self.py)).is_ok_and(|known| *known == *bytes)
     }
@@ -433,8 +443,32 @@ impl Decode<Verdict, Py<PyAny>, Py<PyString>> for Decoder<'_> {
         self.text_of(bytes)
     }
 
-    fn read_verdict(&mut self, reader: &mut Reader<'_>) -> crate::snapshot::Result<Verdict> {
+    fn read_verdict(&mut self, reader: &mut Reader<'_>) -> crate::snapshot::Result<Stored> {
+        let start = reader.position();
         let data = VerdictData::read(reader)?;
+        if data.cached.is_some() {
+            return self.live(data).map(Stored::Live);
+        }
+        // Read (so checked) but kept as bytes: see `Stored::Encoded`.
+        let bytes = reader.since(start).into();
+        Ok(Stored::Encoded {
+            bytes,
+            step: data.step,
+        })
+    }
+
+    fn verdict_step(&self, verdict: &Stored) -> u64 {
+        verdict.step()
+    }
+
+    fn read_result(&mut self, json: &[u8]) -> crate::snapshot::Result<Py<PyAny>> {
+        self.json_value(json)
+    }
+}
+
+impl Decoder<'_> {
+    /// A verdict's Python objects, from its fields as read.
+    fn live(&mut self, data: VerdictData<&[u8]>) -> crate::snapshot::Result<Verdict> {
         let py = self.py;
         let call_id = match data.call_id {
             Some(id) => Some(new_str(py, id).map_err(to_format)?),
@@ -459,14 +493,24 @@ impl Decode<Verdict, Py<PyAny>, Py<PyString>> for Decoder<'_> {
             detail: self.detail(data.detail)?,
         })
     }
+}
 
-    fn verdict_step(&self, verdict: &Verdict) -> u64 {
-        verdict.step
-    }
-
-    fn read_result(&mut self, json: &[u8]) -> crate::snapshot::Result<Py<PyAny>> {
-        self.json_value(json)
-    }
+/// A verdict kept as its bytes (`Stored::Encoded`), made into a `Verdict` when asked for.
+pub(crate) fn decode_verdict(
+    py: Python<'_>,
+    config: &GuardConfig,
+    bytes: &[u8],
+) -> PyResult<Verdict> {
+    let mut decoder = Decoder {
+        py,
+        window: config.limits.window,
+        budget: config.max_steps_text.clone(),
+        texts: Vec::new(),
+    };
+    let mut reader = Reader::new(bytes);
+    VerdictData::read(&mut reader)
+        .and_then(|data| decoder.live(data))
+        .map_err(format_error(py))
 }
 
 fn read_state(py: Python<'_>, config: &GuardConfig, reader: &mut Reader<'_>) -> PyResult<State> {

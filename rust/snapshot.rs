@@ -71,6 +71,11 @@ impl Writer {
         self.out.extend_from_slice(&key.to_be_bytes());
     }
 
+    /// Bytes written before and read back whole ([`Reader::since`]), as they are.
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
     /// Length-prefixed bytes (texts are WTF-8: UTF-8 with lone surrogates in 3 bytes).
     pub fn bytes(&mut self, bytes: &[u8]) {
         self.varint(bytes.len() as u64);
@@ -91,6 +96,16 @@ impl<'a> Reader<'a> {
 
     pub fn remaining(&self) -> usize {
         self.data.len() - self.pos
+    }
+
+    /// Where the next read starts.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The bytes read since `start` (a [`Reader::position`]).
+    pub fn since(&self, start: usize) -> &'a [u8] {
+        &self.data[start.min(self.pos)..self.pos]
     }
 
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
