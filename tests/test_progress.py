@@ -1499,5 +1499,7 @@ def test_mcp_results_of_the_python_sdk_are_read(tw: ModuleType) -> None:
     assert unwrap(result("no such service", True)) == ("no such service", True)
     structured = types.CallToolResult(content=[], structured_content={"rows": 3})
     assert unwrap(structured.model_dump()) == ({"rows": 3}, False)
+    wrapped = types.CallToolResult(content=[], structured_content={"result": []})
+    assert unwrap(wrapped) == ([], False)
     assert _same_result(tw, result("3 rows"), result("3 rows").model_dump())
     assert not _same_result(tw, result("3 rows"), result("3 rows", True))

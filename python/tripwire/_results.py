@@ -101,6 +101,10 @@ def unwrap(result: Any) -> tuple[Any, bool | None]:
         # MCP CallToolResult: the structured content is the answer where there is one. Its
         # dict form has the wire's names, or the Python SDK's (``model_dump()`` of mcp 2).
         structured = result.get("structuredContent", result.get("structured_content"))
+        if type(structured) is dict and len(structured) == 1 and "result" in structured:
+            # How the Python SDK's servers send a tool's return value that is not an object
+            # (a list, a str): wrapped in {"result": ...}. What is compared is the value.
+            structured = structured["result"]
         value = structured if structured is not None else content_value(result.get("content"))
         return value, _flag(result.get("isError", result.get("is_error")))
     return result, None
