@@ -168,25 +168,25 @@ impl<V, R, N> Released<V, R, N> {
 
 /// One call in the window (the reference's `_Entry`).
 #[derive(Clone, Copy, Debug)]
-struct Entry {
-    key: Key,
-    tool: u32,
-    step: u64,
+pub(crate) struct Entry {
+    pub(crate) key: Key,
+    pub(crate) tool: u32,
+    pub(crate) step: u64,
     /// The user turn it was made in ([`RunState::user_message`]).
-    turn: u32,
+    pub(crate) turn: u32,
     /// Nudged: it never ran.
-    nudged: bool,
+    pub(crate) nudged: bool,
     /// An allowed call to a `write` tool.
-    writes: bool,
+    pub(crate) writes: bool,
     /// An allowed call that may change the world: a write, or a tool with no policy.
-    changes: bool,
+    pub(crate) changes: bool,
     /// Once observed: the result's key (a failure's is its error text's), whether it was
     /// empty, whether it failed, and whether that failure was a transient one that a retry
     /// need not answer for.
-    result: Option<Key>,
-    empty: bool,
-    failed: bool,
-    retry: bool,
+    pub(crate) result: Option<Key>,
+    pub(crate) empty: bool,
+    pub(crate) failed: bool,
+    pub(crate) retry: bool,
 }
 
 impl Entry {
@@ -247,32 +247,32 @@ pub type NameMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<Fnv>>;
 
 /// One run's state. Nothing is allocated until the first call.
 pub struct RunState<V, R, N> {
-    window: VecDeque<Entry>,
-    steps: u64,
-    stopped: Option<V>,
+    pub(crate) window: VecDeque<Entry>,
+    pub(crate) steps: u64,
+    pub(crate) stopped: Option<V>,
     /// The verdict given to each recent call id (the reference's `_Remembered`).
-    by_call_id: HashMap<Box<[u8]>, Remembered<V>>,
-    call_id_order: VecDeque<Box<[u8]>>,
-    cache: HashMap<Key, R>,
-    cache_order: VecDeque<Key>,
+    pub(crate) by_call_id: HashMap<Box<[u8]>, Remembered<V>>,
+    pub(crate) call_id_order: VecDeque<Box<[u8]>>,
+    pub(crate) cache: HashMap<Key, R>,
+    pub(crate) cache_order: VecDeque<Key>,
     /// Checks of each poll tool's call so far this run (not only in the window).
-    polls: HashMap<Key, u32>,
+    pub(crate) polls: HashMap<Key, u32>,
     /// Transient failures of each call so far this run.
-    retries: HashMap<Key, u32>,
+    pub(crate) retries: HashMap<Key, u32>,
     /// User messages so far this run.
-    turn: u32,
+    pub(crate) turn: u32,
     /// The texts of the failures in the window, by their digest, for messages.
-    error_texts: HashMap<Key, N>,
+    pub(crate) error_texts: HashMap<Key, N>,
     /// Whether any result was observed this run: until one is, the verdicts are the
     /// hash-only ones and the progress checks are skipped (the common, cheapest path).
-    observed: bool,
+    pub(crate) observed: bool,
     /// Tool names seen this run, by id: entries hold ids, messages need names.
-    tool_ids: NameMap<u32>,
-    tool_names: Vec<N>,
+    pub(crate) tool_ids: NameMap<u32>,
+    pub(crate) tool_names: Vec<N>,
     /// Names by id (the map's keys, again), and the last tool interned: agents call the
     /// same tool again and again, and a comparison is cheaper than hashing.
-    tool_bytes: Vec<Box<[u8]>>,
-    last_tool: Option<u32>,
+    pub(crate) tool_bytes: Vec<Box<[u8]>>,
+    pub(crate) last_tool: Option<u32>,
 }
 
 impl<V, R, N> Default for RunState<V, R, N> {
@@ -302,11 +302,11 @@ impl<V, R, N> Default for RunState<V, R, N> {
 /// that call's result has been observed since: a retried delivery is the same id *and* the
 /// same call, still unanswered (providers reuse ids for other calls, and for the same call
 /// asked again after its answer: both are new calls).
-struct Remembered<V> {
-    key: Key,
-    step: u64,
-    verdict: V,
-    answered: bool,
+pub(crate) struct Remembered<V> {
+    pub(crate) key: Key,
+    pub(crate) step: u64,
+    pub(crate) verdict: V,
+    pub(crate) answered: bool,
 }
 
 /// What the reference's `_repeats` says of a call: occurrences since the last change, this

@@ -15,8 +15,11 @@ mod py_canon;
 mod py_guard;
 #[cfg(feature = "python")]
 mod py_json;
+#[cfg(feature = "python")]
+mod py_snapshot;
 pub mod sha_wide;
 pub mod shapes;
+pub mod snapshot;
 
 /// Deterministic pseudo-random numbers for the unit tests' generated cases.
 #[cfg(test)]

@@ -23,12 +23,12 @@ use crate::py_json::{invalid_json, json_key};
 /// lock is released, because allocating one can start a garbage collection whose callbacks
 /// run Python code, which may use this guard or hand the GIL to a thread that would then
 /// wait on the lock while holding the GIL.
-type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
+pub(crate) type State = RunState<Verdict, Py<PyAny>, Py<PyString>>;
 type Dropped = Released<Verdict, Py<PyAny>, Py<PyString>>;
 
 /// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
 /// inferred it.
-struct ToolSpec {
+pub(crate) struct ToolSpec {
     /// `None`: no policy (a tool of unknown kind).
     rule: Option<ToolRule>,
     /// Its string arguments keep their whitespace in the key.
@@ -39,7 +39,7 @@ struct ToolSpec {
     policy: Py<PyAny>,
 }
 
-type ToolSpecs = NameMap<Arc<ToolSpec>>;
+pub(crate) type ToolSpecs = NameMap<Arc<ToolSpec>>;
 
 /// How many undeclared tools' inferred policies a guard remembers (the reference's
 /// `INFERRED_TOOLS`: tool names come from the model, so the memory is bounded).
@@ -101,7 +101,7 @@ struct Prepared<'py> {
 }
 
 /// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
-enum VerdictDetail {
+pub(crate) enum VerdictDetail {
     Plain,
     Unchanged,
     Failed(Py<PyString>, u32),
@@ -178,20 +178,20 @@ impl VerdictDetail {
 /// What the guard says about one call. Immutable; `message` is built when read.
 #[pyclass(frozen, module = "tripwire", name = "Verdict")]
 pub struct Verdict {
-    action: Action,
-    reason: Option<Reason>,
-    tool: Py<PyString>,
-    key: Key,
-    repeats: u32,
-    step: u64,
-    cached: Option<Py<PyAny>>,
-    call_id: Option<Py<PyString>>,
-    duplicate_of: Option<usize>,
-    invalid_arguments: Option<Py<PyString>>,
-    window: usize,
+    pub(crate) action: Action,
+    pub(crate) reason: Option<Reason>,
+    pub(crate) tool: Py<PyString>,
+    pub(crate) key: Key,
+    pub(crate) repeats: u32,
+    pub(crate) step: u64,
+    pub(crate) cached: Option<Py<PyAny>>,
+    pub(crate) call_id: Option<Py<PyString>>,
+    pub(crate) duplicate_of: Option<usize>,
+    pub(crate) invalid_arguments: Option<Py<PyString>>,
+    pub(crate) window: usize,
     /// The guard's `max_steps` as the user wrote it, for the budget message.
-    budget: Option<Arc<str>>,
-    detail: VerdictDetail,
+    pub(crate) budget: Option<Arc<str>>,
+    pub(crate) detail: VerdictDetail,
 }
 
 impl Verdict {
@@ -379,26 +379,37 @@ impl Verdict {
 /// deadlock.
 #[pyclass(frozen, module = "tripwire", name = "Guard")]
 pub struct Guard {
-    limits: Limits,
-    volatile: Arc<VolatileKeys>,
-    /// Declared policies, by tool name (WTF-8).
-    tools: ToolSpecs,
-    tools_repr: String,
-    /// Whether undeclared tools get an inferred policy.
-    infer: bool,
-    /// What `definitions=` said, as the reference's `check_definitions` made it.
-    definitions: Py<PyAny>,
+    /// Shared by the guards restored from snapshots of one configuration (py_snapshot.rs).
+    pub(crate) config: Arc<GuardConfig>,
     /// Inferred policies of the undeclared tools met so far (`None`: no policy). A lock of
     /// its own, taken before keying (the policy says whether whitespace is kept) and never
     /// while Python code runs.
     inferred: Mutex<NameMap<Option<Arc<ToolSpec>>>>,
-    max_steps_text: Option<Arc<str>>,
-    state: Mutex<State>,
+    pub(crate) state: Mutex<State>,
+}
+
+/// What a guard is made with, as checked by the reference's helpers.
+pub(crate) struct GuardConfig {
+    pub(crate) limits: Limits,
+    pub(crate) volatile: Arc<VolatileKeys>,
+    /// Declared policies, by tool name (WTF-8).
+    pub(crate) tools: ToolSpecs,
+    /// The same, as the reference's `check_tools` returned them (name: `ToolPolicy`).
+    pub(crate) tools_checked: Py<PyDict>,
+    pub(crate) tools_repr: String,
+    /// Whether undeclared tools get an inferred policy.
+    pub(crate) infer: bool,
+    /// What `definitions=` said, as the reference's `check_definitions` made it.
+    pub(crate) definitions: Py<PyAny>,
+    /// The guard's `max_steps` as the user wrote it, for messages.
+    pub(crate) max_steps_text: Option<Arc<str>>,
+    /// The configuration as a snapshot writes it, and its digest; made when first asked.
+    pub(crate) written: std::sync::OnceLock<(Box<[u8]>, [u8; 8])>,
 }
 
 /// Validates the numbers with the reference's own `check_limits` (one source of the rules
 /// and messages), then converts them.
-fn limits_arg<'py>(
+pub(crate) fn limits_arg<'py>(
     py: Python<'py>,
     window: Option<&Bound<'py, PyAny>>,
     nudge_at: Option<&Bound<'py, PyAny>>,
@@ -435,7 +446,7 @@ fn limits_arg<'py>(
 }
 
 /// `f"{value}"`, as the reference's messages write numbers.
-fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
+pub(crate) fn formatted(value: &Bound<'_, PyAny>) -> PyResult<String> {
     value.call_method1("__format__", ("",))?.extract::<String>()
 }
 
@@ -465,7 +476,15 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
 }
 
 impl Guard {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn with_config(config: Arc<GuardConfig>) -> Guard {
+        Guard {
+            config,
+            inferred: Mutex::new(NameMap::default()),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic cannot happen while the lock is held (no user data is unwrapped there), but
         // if one ever did, the state is still consistent at every await-free step: go on.
         self.state
@@ -481,12 +500,12 @@ impl Guard {
         name: &Bound<'_, PyString>,
         name_bytes: &[u8],
     ) -> PyResult<Option<Arc<ToolSpec>>> {
-        if !self.tools.is_empty() {
-            if let Some(spec) = self.tools.get(name_bytes) {
+        if !self.config.tools.is_empty() {
+            if let Some(spec) = self.config.tools.get(name_bytes) {
                 return Ok(Some(spec.clone()));
             }
         }
-        if !self.infer {
+        if !self.config.infer {
             return Ok(None);
         }
         let lock = || {
@@ -501,7 +520,7 @@ impl Guard {
         let policy = guard_helpers(py)?
             .infer_policy
             .bind(py)
-            .call1((name, self.definitions.bind(py)))?;
+            .call1((name, self.config.definitions.bind(py)))?;
         let spec = if policy.is_none() {
             None
         } else {
@@ -526,7 +545,7 @@ impl Guard {
     ) -> PyResult<Key> {
         let hex: String = helper
             .bind(py)
-            .call1((name, args, self.volatile.set(py)))?
+            .call1((name, args, self.config.volatile.set(py)))?
             .extract()?;
         parse_digest(&hex)
     }
@@ -547,7 +566,7 @@ impl Guard {
             Some(s) if s.keep_whitespace => {
                 self.verbatim_key(py, &guard_helpers(py)?.verbatim_key, name, args)?
             }
-            _ => canonical_key(py, name, args, &self.volatile)?,
+            _ => canonical_key(py, name, args, &self.config.volatile)?,
         };
         Ok(Prepared {
             name: exact,
@@ -582,7 +601,7 @@ impl Guard {
             Some(s) if s.keep_whitespace => {
                 self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, text)
             }
-            _ => json_key(py, name, text, &self.volatile),
+            _ => json_key(py, name, text, &self.config.volatile),
         };
         let (key, invalid_arguments) = match keyed {
             Ok(key) => (key, None),
@@ -648,7 +667,7 @@ impl Guard {
             );
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
-        let decision: Decision = state.decide(&self.limits, key, tool, rule);
+        let decision: Decision = state.decide(&self.config.limits, key, tool, rule);
         let error = |digest: &Key| match state.error_text(*digest) {
             Some(text) => text.clone_ref(py),
             None => PyString::new(py, "").unbind(),
@@ -676,14 +695,14 @@ impl Guard {
             call_id: call_id.map(|c| c.object.clone_ref(py)),
             duplicate_of: None,
             invalid_arguments: invalid_arguments.as_ref().map(|i| i.clone_ref(py)),
-            window: self.limits.window,
-            budget: self.max_steps_text.clone(),
+            window: self.config.limits.window,
+            budget: self.config.max_steps_text.clone(),
             detail,
         };
         let latched = (decision.action == Action::Stop).then(|| verdict.copy(py, None, None));
         let remembered = call_id.map(|c| (&*c.bytes, verdict.duplicate(py)));
         released.absorb(state.commit(
-            &self.limits,
+            &self.config.limits,
             key,
             tool,
             &decision,
@@ -776,7 +795,7 @@ impl Guard {
             _ => None,
         };
         let volatile = VolatileKeys::from_arg(py, volatile_keys)?;
-        let (tools, tools_repr) = tools_arg(py, tools)?;
+        let (tools, tools_checked, tools_repr) = tools_arg(py, tools)?;
         // None means the default (True), as for the other options.
         let yes = PyBool::new(py, true).to_owned().into_any();
         let infer = infer.filter(|i| !i.is_none()).unwrap_or(&yes);
@@ -796,17 +815,17 @@ impl Guard {
             .bind(py)
             .call1((definitions.unwrap_or(&none),))?
             .unbind();
-        Ok(Guard {
+        Ok(Guard::with_config(Arc::new(GuardConfig {
             limits,
             volatile,
             tools,
+            tools_checked,
             tools_repr,
             infer: infer.is_true(),
             definitions,
-            inferred: Mutex::new(NameMap::default()),
             max_steps_text,
-            state: Mutex::new(State::default()),
-        })
+            written: std::sync::OnceLock::new(),
+        })))
     }
 
     /// The verdict on one call, before it is dispatched.
@@ -925,7 +944,7 @@ impl Guard {
             return Ok(());
         }
         let tool = name_bytes(verdict.tool.bind(py))?;
-        if !self.tools.get(&*tool).is_some_and(|s| s.cacheable) {
+        if !self.config.tools.get(&*tool).is_some_and(|s| s.cacheable) {
             return Ok(());
         }
         let released = self
@@ -1019,6 +1038,48 @@ impl Guard {
         })
     }
 
+    /// The guard as bytes (the format: `tripwire/_snapshot.py`); `state_only`: the run
+    /// state and the configuration's digest, for `load` into a guard made alike.
+    #[pyo3(signature = (*, state_only = None))]
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        state_only: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let state_only = match state_only {
+            None => false,
+            Some(flag) => flag.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                let kind = flag.get_type().name().map(|n| n.to_string());
+                PyTypeError::new_err(format!(
+                    "state_only must be a bool, not {}",
+                    kind.unwrap_or_default()
+                ))
+            })?,
+        };
+        crate::py_snapshot::snapshot(py, self, state_only)
+    }
+
+    /// The guard a `snapshot()` was taken of, mid-run.
+    #[staticmethod]
+    #[pyo3(signature = (data, /))]
+    fn from_snapshot(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Guard> {
+        crate::py_snapshot::from_snapshot(py, data)
+    }
+
+    /// Replaces the run state with a snapshot's, of a guard with the same configuration.
+    #[pyo3(signature = (data, /))]
+    fn load(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::py_snapshot::load(py, self, data)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, pyo3::types::PyBytes>,))> {
+        let restore = slf.get_type().getattr("from_snapshot")?;
+        let data = crate::py_snapshot::snapshot(slf.py(), slf.get(), false)?;
+        Ok((restore, (data,)))
+    }
+
     /// Forgets the run: window, steps, stop, call ids and cached results.
     fn reset(&self) {
         let released = self.lock().reset();
@@ -1045,15 +1106,15 @@ impl Guard {
     }
 
     fn __repr__(&self) -> String {
-        let max_steps = self.max_steps_text.as_deref().unwrap_or("None");
-        let infer = if self.infer { "True" } else { "False" };
+        let max_steps = self.config.max_steps_text.as_deref().unwrap_or("None");
+        let infer = if self.config.infer { "True" } else { "False" };
         format!(
             "Guard(window={}, nudge_at={}, stop_at={}, max_steps={max_steps}, tools={}, \
              infer={infer}, steps={})",
-            self.limits.window,
-            self.limits.nudge_at,
-            self.limits.stop_at,
-            self.tools_repr,
+            self.config.limits.window,
+            self.config.limits.nudge_at,
+            self.config.limits.stop_at,
+            self.config.tools_repr,
             self.steps()
         )
     }
@@ -1061,17 +1122,31 @@ impl Guard {
 
 /// Validates `tools=` with the reference's own `check_tools` (one set of rules and
 /// messages), and takes the policies it returns; also their repr.
-fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(ToolSpecs, String)> {
-    let mut specs = NameMap::default();
+fn tools_arg(
+    py: Python<'_>,
+    tools: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(ToolSpecs, Py<PyDict>, String)> {
     let tools = match tools {
         Some(t) if !t.is_none() => t.clone(),
-        _ => return Ok((specs, "{}".to_string())),
+        _ => {
+            return Ok((
+                NameMap::default(),
+                PyDict::new(py).unbind(),
+                "{}".to_string(),
+            ))
+        }
     };
     let (checked, shown): (Bound<'_, PyDict>, String) = guard_helpers(py)?
         .check_tools
         .bind(py)
         .call1((tools,))?
         .extract()?;
+    Ok((specs_of(&checked)?, checked.unbind(), shown))
+}
+
+/// Tool specs from a dict of the reference's `ToolPolicy` objects by tool name.
+pub(crate) fn specs_of(checked: &Bound<'_, PyDict>) -> PyResult<ToolSpecs> {
+    let mut specs = NameMap::default();
     for (name, policy) in checked.iter() {
         let name = name.cast_into::<PyString>()?;
         specs.insert(
@@ -1079,5 +1154,5 @@ fn tools_arg(py: Python<'_>, tools: Option<&Bound<'_, PyAny>>) -> PyResult<(Tool
             Arc::new(spec_of_policy(policy)?),
         );
     }
-    Ok((specs, shown))
+    Ok(specs)
 }

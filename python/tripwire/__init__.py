@@ -11,6 +11,7 @@ import os
 from typing import Literal
 
 from tripwire._keys import DEFAULT_VOLATILE_KEYS, normalise
+from tripwire._snapshot import SnapshotError
 
 
 def _choose() -> Literal["native", "reference"]:
@@ -63,6 +64,7 @@ __all__ = (
     "DEFAULT_VOLATILE_KEYS",
     "IMPLEMENTATION",
     "Guard",
+    "SnapshotError",
     "Verdict",
     "__version__",
     "call_key",

@@ -76,6 +76,35 @@ from tripwire._policy import (
     infer_policy,
 )
 from tripwire._results import describe_result
+from tripwire._snapshot import (
+    ACTIONS,
+    CHANGES,
+    EMPTY,
+    FAILED,
+    FULL,
+    H_CACHED,
+    H_CALL_ID,
+    H_DUPLICATE,
+    H_INVALID,
+    HAS_RESULT,
+    MAX_U32,
+    NUDGED,
+    REASONS,
+    RETRY,
+    STATE_ONLY,
+    WRITES,
+    Config,
+    Reader,
+    SnapshotError,
+    Writer,
+    config_bytes,
+    config_digest,
+    frame,
+    json_text,
+    json_value,
+    read_config,
+    unframe,
+)
 
 Action = Literal["allow", "nudge", "stop"]
 Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
@@ -475,6 +504,8 @@ class Guard:
         # Objects the state lets go of while the lock is held. Dropping one can run Python
         # code (a finaliser) that uses this guard again, so they are dropped after release.
         self._released: list[Any] = []
+        # The configuration as a snapshot writes it, made when first asked for.
+        self._config: bytes | None = None
         self._clear()
 
     @contextmanager
@@ -922,6 +953,222 @@ class Guard:
             self._released.append((self._stopped, self._by_call_id, self._cache, self._window))
             self._clear()
 
+    # -- state as data (the format: tripwire._snapshot) ----------------------------------
+
+    def _config_bytes(self) -> bytes:
+        if self._config is None:
+            self._config = config_bytes(
+                self._window_size,
+                self._nudge_at,
+                self._stop_at,
+                self._max_steps,
+                self._volatile,
+                self._tools,
+                self._tools_repr,
+                self._infer,
+                self._definitions,
+            )
+        return self._config
+
+    def snapshot(self, *, state_only: bool | None = None) -> bytes:
+        """The guard as bytes: its configuration and run state (``state_only``: the state
+        and a digest of the configuration, for a store that keeps the state of guards made
+        alike, to ``load``). The format: ``tripwire._snapshot``."""
+        state_only = False if state_only is None else state_only
+        if not isinstance(state_only, bool):
+            raise TypeError(f"state_only must be a bool, not {type(state_only).__name__}")
+        config = self._config_bytes()
+        with self._locked():
+            state = self._write_state()
+        if state_only:
+            return frame(STATE_ONLY, config_digest(config), state)
+        return frame(FULL, config, state)
+
+    @classmethod
+    def from_snapshot(cls, data: bytes | bytearray | memoryview, /) -> Guard:
+        """The guard a ``snapshot()`` was taken of, mid-run: it gives the verdicts the
+        original would have. ``ValueError`` (``SnapshotError``) for anything else."""
+        kind, head, reader = unframe(data)
+        if kind != FULL:
+            raise SnapshotError(
+                "a state-only snapshot has no configuration: load() it into a guard made "
+                "with the same one"
+            )
+        guard = cls._from_config(read_config(head), head)
+        guard._restore(guard._read_state(reader))
+        return guard
+
+    @classmethod
+    def _from_config(cls, config: Config, data: bytes) -> Guard:
+        guard = cls(
+            window=config.window,
+            nudge_at=config.nudge_at,
+            stop_at=config.stop_at,
+            max_steps=config.max_steps,
+            volatile_keys=config.volatile_keys,
+            infer=config.infer,
+        )
+        guard._tools, guard._tools_repr = config.tools, config.tools_repr
+        guard._definitions = config.definitions
+        if guard._config_bytes() != data:
+            raise SnapshotError(
+                "not a tripwire guard snapshot: its configuration is not written as tripwire "
+                "writes it"
+            )
+        return guard
+
+    def load(self, data: bytes | bytearray | memoryview, /) -> None:
+        """Replaces the run state with a snapshot's (either kind) of a guard with the same
+        configuration; ``ValueError`` (``SnapshotError``), and nothing changed, otherwise."""
+        kind, head, reader = unframe(data)
+        config = self._config_bytes()
+        if head != (config if kind == FULL else config_digest(config)):
+            raise SnapshotError(
+                "the snapshot is of a guard with another configuration (window, thresholds, "
+                "tools, volatile keys or definitions) than this one"
+            )
+        self._restore(self._read_state(reader))
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return type(self).from_snapshot, (self.snapshot(),)
+
+    def _write_state(self) -> bytes:
+        out = Writer()
+        out.varint(self._steps)
+        out.varint(self._turn)
+        out.varint(len(self._window))
+        for entry in self._window:
+            out.key(entry.key)
+            out.text(entry.tool)
+            out.varint(entry.step)
+            out.varint(entry.turn)
+            flags = (
+                NUDGED * entry.nudged
+                | WRITES * entry.writes
+                | CHANGES * entry.changes
+                | HAS_RESULT * (entry.result is not None)
+                | EMPTY * entry.empty
+                | FAILED * entry.failed
+                | RETRY * entry.retry
+            )
+            out.u8(flags)
+            if entry.result is not None:
+                out.key(entry.result)
+            if entry.failed:
+                out.text(entry.error or "")
+        out.u8(self._stopped is not None)
+        if self._stopped is not None:
+            _write_verdict(out, self._stopped)
+        out.varint(len(self._by_call_id))
+        for call_id, remembered in self._by_call_id.items():
+            out.text(call_id)
+            out.key(remembered.key)
+            out.u8(remembered.answered)
+            _write_verdict(out, remembered.verdict)
+        for counts in (self._polls, self._retries):
+            out.varint(len(counts))
+            for key, count in sorted(counts.items()):
+                out.key(key)
+                out.varint(count)
+        cached = [(key, json_text(value)) for key, value in self._cache.items()]
+        kept = [(key, text) for key, text in cached if text is not None]
+        out.varint(len(kept))
+        for key, text in kept:
+            out.key(key)
+            out.raw(text)
+        return bytes(out.out)
+
+    def _read_state(self, reader: Reader) -> tuple[Any, ...]:
+        """A snapshot's run state, validated, without changing anything."""
+        steps = reader.varint()
+        turn = reader.varint(MAX_U32)
+        window: deque[_Entry] = deque(maxlen=self._window_size)
+        errors: dict[str, str] = {}
+        for _ in range(reader.count(self._window_size)):
+            entry = _Entry(reader.key(), reader.text(), reader.varint(), False, "read", 0)
+            entry.turn = reader.varint(MAX_U32)
+            flags = reader.u8()
+            if flags & ~(NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY):
+                raise SnapshotError(f"not a tripwire guard snapshot: entry flags {flags:#x}")
+            entry.nudged = bool(flags & NUDGED)
+            entry.writes = bool(flags & WRITES)
+            entry.changes = bool(flags & CHANGES)
+            entry.empty = bool(flags & EMPTY)
+            entry.failed = bool(flags & FAILED)
+            entry.retry = bool(flags & RETRY)
+            if flags & HAS_RESULT:
+                entry.result = reader.key()
+            if entry.failed:
+                if entry.result is None:
+                    raise SnapshotError("not a tripwire guard snapshot: a failure without digest")
+                entry.error = reader.text()
+                if errors.setdefault(entry.result, entry.error) != entry.error:
+                    raise SnapshotError("not a tripwire guard snapshot: one digest, two errors")
+            window.append(entry)
+        stopped = self._read_verdict(reader) if reader.flag() else None
+        by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
+        for _ in range(reader.count(CALL_ID_MEMORY)):
+            call_id = reader.text()
+            key = reader.key()
+            answered = reader.flag()
+            remembered = _Remembered(key, self._read_verdict(reader))
+            remembered.answered = answered
+            if call_id in by_call_id:
+                raise SnapshotError("not a tripwire guard snapshot: a call id twice")
+            by_call_id[call_id] = remembered
+        polls, retries = (_read_counts(reader), _read_counts(reader))
+        cache: OrderedDict[str, Any] = OrderedDict()
+        for _ in range(reader.count(CACHE_ENTRIES)):
+            key = reader.key()
+            if key in cache:
+                raise SnapshotError("not a tripwire guard snapshot: a cached key twice")
+            cache[key] = json_value(reader.raw())
+        if reader.pos != len(reader.data):
+            raise SnapshotError("not a tripwire guard snapshot: bytes after the state")
+        return window, polls, retries, steps, turn, stopped, by_call_id, cache
+
+    def _restore(self, state: tuple[Any, ...]) -> None:
+        with self._locked():
+            self._released.append((self._stopped, self._by_call_id, self._cache, self._window))
+            (
+                self._window,
+                self._polls,
+                self._retries,
+                self._steps,
+                self._turn,
+                self._stopped,
+                self._by_call_id,
+                self._cache,
+            ) = state
+
+    def _read_verdict(self, reader: Reader) -> Verdict:
+        head = reader.u8()
+        if head & 3 == 3:
+            raise SnapshotError("not a tripwire guard snapshot: an unknown action")
+        action: Action = ACTIONS[head & 3]
+        reason: Reason | None = REASONS[head >> 2 & 3]
+        tool, key = reader.text(), reader.key()
+        repeats, step = reader.varint(MAX_U32), reader.varint()
+        cached = json_value(reader.raw()) if head & H_CACHED else None
+        call_id = reader.text() if head & H_CALL_ID else None
+        duplicate_of = reader.varint(MAX_U32) if head & H_DUPLICATE else None
+        invalid = reader.text() if head & H_INVALID else None
+        return Verdict(
+            action,
+            reason,
+            tool,
+            key,
+            repeats,
+            step,
+            cached=cached,
+            call_id=call_id,
+            duplicate_of=duplicate_of,
+            invalid_arguments=invalid,
+            window=self._window_size,
+            budget=self._max_steps,
+            detail=_read_detail(reader, nested=False),
+        )
+
     @property
     def steps(self) -> int:
         return self._steps
@@ -944,6 +1191,109 @@ class Guard:
             f"stop_at={self._stop_at}, max_steps={self._max_steps}, "
             f"tools={self._tools_repr}, infer={self._infer}, steps={self._steps})"
         )
+
+
+def _write_verdict(out: Writer, verdict: Verdict) -> None:
+    cached = None if verdict.cached is None else json_text(verdict.cached)
+    head = (
+        ACTIONS.index(verdict.action)
+        | REASONS.index(verdict.reason) << 2
+        | H_CACHED * (cached is not None)
+        | H_CALL_ID * (verdict.call_id is not None)
+        | H_DUPLICATE * (verdict.duplicate_of is not None)
+        | H_INVALID * (verdict.invalid_arguments is not None)
+    )
+    out.u8(head)
+    out.text(verdict.tool)
+    out.key(verdict.key)
+    out.varint(verdict.repeats)
+    out.varint(verdict.step)
+    if cached is not None:
+        out.raw(cached)
+    if verdict.call_id is not None:
+        out.text(verdict.call_id)
+    if verdict.duplicate_of is not None:
+        out.varint(verdict.duplicate_of)
+    if verdict.invalid_arguments is not None:
+        out.text(verdict.invalid_arguments)
+    _write_detail(out, verdict._detail)
+
+
+# Detail tags, by the first item of a Detail tuple (None: 0).
+_DETAIL_TAGS: Final = {"unchanged": 1, "failed": 2, "errors": 3, "empty": 4, "cycle": 5}
+
+
+def _write_detail(out: Writer, detail: Detail) -> None:
+    if detail is None:
+        out.u8(0)
+        return
+    kind = detail[0]
+    if kind == "poll":
+        out.u8(6)
+        out.varint(detail[1])
+    elif kind == "after":
+        out.u8(7)
+        out.text(detail[1])
+        out.varint(detail[2])
+        _write_detail(out, detail[3])
+    else:
+        out.u8(_DETAIL_TAGS[kind])
+        if kind == "failed":
+            out.text(detail[1])
+            out.varint(detail[2])
+        elif kind == "errors":
+            out.varint(detail[1])
+            out.text(detail[2])
+        elif kind == "empty":
+            out.varint(detail[1])
+            _write_names(out, detail[2])
+        elif kind == "cycle":
+            _write_names(out, detail[1])
+            out.u8(detail[2])
+
+
+def _write_names(out: Writer, names: tuple[str, ...]) -> None:
+    out.varint(len(names))
+    for name in names:
+        out.text(name)
+
+
+def _read_names(reader: Reader) -> tuple[str, ...]:
+    # Each name takes at least a byte: a count beyond what is left is corrupt.
+    return tuple(reader.text() for _ in range(reader.count(len(reader.data) - reader.pos)))
+
+
+def _read_detail(reader: Reader, nested: bool) -> Detail:
+    tag = reader.u8()
+    if tag == 0:
+        return None
+    if tag == 1:
+        return ("unchanged",)
+    if tag == 2:
+        return ("failed", reader.text(), reader.varint(MAX_U32))
+    if tag == 3:
+        return ("errors", reader.varint(MAX_U32), reader.text())
+    if tag == 4:
+        return ("empty", reader.varint(MAX_U32), _read_names(reader))
+    if tag == 5:
+        return ("cycle", _read_names(reader), reader.flag())
+    if tag == 6:
+        return ("poll", reader.varint())
+    if tag == 7 and not nested:
+        return ("after", reader.text(), reader.varint(MAX_U32), _read_detail(reader, True))
+    raise SnapshotError(f"not a tripwire guard snapshot: detail tag {tag}")
+
+
+def _read_counts(reader: Reader) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    previous = ""
+    for _ in range(reader.count(len(reader.data) - reader.pos)):
+        key = reader.key()
+        if key <= previous:
+            raise SnapshotError("not a tripwire guard snapshot: counts out of order")
+        counts[key] = reader.varint(MAX_U32)
+        previous = key
+    return counts
 
 
 def _check_call_id(call_id: object) -> str | None:

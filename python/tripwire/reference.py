@@ -18,6 +18,7 @@ from tripwire._keys import (
     canonical_json,
     normalise,
 )
+from tripwire._snapshot import SnapshotError
 
 IMPLEMENTATION: Final[Literal["reference"]] = "reference"
 
@@ -25,6 +26,7 @@ __all__ = (
     "DEFAULT_VOLATILE_KEYS",
     "IMPLEMENTATION",
     "Guard",
+    "SnapshotError",
     "Verdict",
     "call_key",
     "call_key_json",

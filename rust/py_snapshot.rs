@@ -1,0 +1,532 @@
+//! Snapshots of the native `Guard` (issue 18): between its Python objects and the format's
+//! pieces. `snapshot.rs` writes and reads the run state's bytes; the configuration is the
+//! reference's to write and read (`tripwire/_snapshot.py`, cold), and a restore finds an
+//! already-built configuration by its bytes.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyMemoryView, PyString};
+use sha2::{Digest, Sha256};
+
+use crate::key::Key;
+use crate::py_canon::{ascii_of, wtf8_of, VolatileKeys};
+use crate::py_guard::{
+    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Verdict, VerdictDetail,
+};
+use crate::snapshot::{
+    frame, unframe, write_cache, Decode, DetailData, Encode, Reader, SnapshotError, VerdictData,
+    Writer, FULL, H_CACHED, STATE_ONLY,
+};
+
+/// The reference's side of snapshots: the error class both backends raise, the
+/// configuration's writer and reader, and cached results to and from JSON text.
+struct Helpers {
+    error: Py<PyAny>,
+    config_bytes: Py<PyAny>,
+    read_config: Py<PyAny>,
+    json_text: Py<PyAny>,
+    json_value: Py<PyAny>,
+}
+
+static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
+
+fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
+    HELPERS.get_or_try_init(py, || {
+        let module = py.import("tripwire._snapshot")?;
+        let get = |name: &str| module.getattr(name).map(Bound::unbind);
+        Ok(Helpers {
+            error: get("SnapshotError")?,
+            config_bytes: get("config_bytes")?,
+            read_config: get("read_config")?,
+            json_text: get("json_text")?,
+            json_value: get("json_value")?,
+        })
+    })
+}
+
+/// The reference's `SnapshotError` (a `ValueError`) with the format's message.
+fn error(py: Python<'_>, why: &str) -> PyErr {
+    match helpers(py).and_then(|h| h.error.bind(py).call1((why,))) {
+        Ok(err) => PyErr::from_value(err),
+        Err(err) => err,
+    }
+}
+
+fn format_error(py: Python<'_>) -> impl Fn(SnapshotError) -> PyErr + '_ {
+    move |e| error(py, &e.0)
+}
+
+/// A str's WTF-8 bytes, borrowed for ASCII (nearly every tool name and call id).
+fn str_bytes<'a>(text: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+    Ok(match ascii_of(text) {
+        Some(ascii) => Cow::Borrowed(ascii),
+        None => Cow::Owned(wtf8_of(text)?),
+    })
+}
+
+/// A str from WTF-8 bytes (checked by the reader), lone surrogates included.
+fn new_str(py: Python<'_>, bytes: &[u8]) -> PyResult<Py<PyString>> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return Ok(PyString::new(py, text).unbind());
+    }
+    // SAFETY: `bytes` is a live slice of `len` bytes; the call returns a new reference to a
+    // str, or NULL with an exception set, which `from_owned_ptr_or_err` turns into an error.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            pyo3::ffi::PyUnicode_DecodeUTF8(
+                bytes.as_ptr().cast(),
+                bytes.len() as pyo3::ffi::Py_ssize_t,
+                c"surrogatepass".as_ptr(),
+            ),
+        )
+        .map(|text| text.cast_into_unchecked::<PyString>().unbind())
+    }
+}
+
+impl GuardConfig {
+    /// The configuration as a snapshot writes it, and its digest (made once).
+    pub(crate) fn written(&self, py: Python<'_>) -> PyResult<&(Box<[u8]>, [u8; 8])> {
+        if let Some(written) = self.written.get() {
+            return Ok(written);
+        }
+        let bytes: Vec<u8> = helpers(py)?
+            .config_bytes
+            .bind(py)
+            .call1((
+                self.limits.window,
+                self.limits.nudge_at,
+                self.limits.stop_at,
+                self.max_steps_text.as_deref(),
+                self.volatile.set(py),
+                self.tools_checked.bind(py),
+                &self.tools_repr,
+                self.infer,
+                self.definitions.bind(py),
+            ))?
+            .extract()?;
+        let digest = config_digest(&bytes);
+        Ok(self.written.get_or_init(|| (bytes.into(), digest)))
+    }
+}
+
+fn config_digest(config: &[u8]) -> [u8; 8] {
+    let mut digest = [0u8; 8];
+    digest.copy_from_slice(&Sha256::digest(config)[..8]);
+    digest
+}
+
+/// Configurations already built, by their bytes, so that restoring a guard (a worker's every
+/// step, with a store) does not parse one again. Bounded: a process restores the guards of
+/// a few configurations, and past this many the memory starts over.
+const CONFIGS: usize = 64;
+
+type Configs = Mutex<HashMap<Box<[u8]>, Arc<GuardConfig>>>;
+static BUILT: PyOnceLock<Configs> = PyOnceLock::new();
+
+fn config_for(py: Python<'_>, written: &[u8]) -> PyResult<Arc<GuardConfig>> {
+    let built = BUILT.get_or_init(py, Configs::default);
+    let lock = || {
+        built
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    if let Some(config) = lock().get(written) {
+        return Ok(config.clone());
+    }
+    // Built with no lock held: this runs the reference's checks.
+    let config = Arc::new(build_config(py, written)?);
+    let forgotten = {
+        let mut map = lock();
+        let forgotten = if map.len() >= CONFIGS {
+            std::mem::take(&mut *map)
+        } else {
+            HashMap::new()
+        };
+        map.insert(written.into(), config.clone());
+        forgotten
+    };
+    // Dropped after the lock is released: dropping Python objects can run Python code.
+    drop(forgotten);
+    Ok(config)
+}
+
+fn build_config(py: Python<'_>, written: &[u8]) -> PyResult<GuardConfig> {
+    let parsed = helpers(py)?
+        .read_config
+        .bind(py)
+        .call1((PyBytes::new(py, written),))?;
+    let get = |name: &str| parsed.getattr(name);
+    let (window, nudge_at, stop_at, max_steps) = (
+        get("window")?,
+        get("nudge_at")?,
+        get("stop_at")?,
+        get("max_steps")?,
+    );
+    let limits = limits_arg(
+        py,
+        Some(&window),
+        Some(&nudge_at),
+        Some(&stop_at),
+        Some(&max_steps),
+    )?;
+    let max_steps_text = if max_steps.is_none() {
+        None
+    } else {
+        Some(Arc::from(formatted(&max_steps)?))
+    };
+    let tools_checked = get("tools")?.cast_into::<PyDict>()?;
+    let config = GuardConfig {
+        limits,
+        volatile: VolatileKeys::from_arg(py, Some(&get("volatile_keys")?))?,
+        tools: specs_of(&tools_checked)?,
+        tools_checked: tools_checked.unbind(),
+        tools_repr: get("tools_repr")?.extract()?,
+        infer: get("infer")?.extract()?,
+        definitions: get("definitions")?.unbind(),
+        max_steps_text,
+        written: std::sync::OnceLock::new(),
+    };
+    // Only what tripwire writes: then equal configurations are equal bytes, and a guard's
+    // snapshots carry the configuration they were restored with.
+    if *config.written(py)?.0 != *written {
+        return Err(error(
+            py,
+            "not a tripwire guard snapshot: its configuration is not written as tripwire writes it",
+        ));
+    }
+    Ok(config)
+}
+
+/// What `snapshot` writes with the state locked: no Python code may run then, so cached
+/// results (which take `json_text`) are noted and written after.
+struct Encoder<'py> {
+    py: Python<'py>,
+    /// A verdict's head byte, where its cached result goes, and the result.
+    pending: Vec<(usize, usize, Py<PyAny>)>,
+    error: Option<PyErr>,
+}
+
+impl Encoder<'_> {
+    fn bytes<'a>(&mut self, text: &'a Bound<'_, PyString>) -> Cow<'a, [u8]> {
+        str_bytes(text).unwrap_or_else(|err| {
+            self.error.get_or_insert(err);
+            Cow::Borrowed(b"")
+        })
+    }
+}
+
+/// A verdict's detail as written (its texts copied: most details have none).
+fn detail_data(
+    encoder: &mut Encoder<'_>,
+    detail: &VerdictDetail,
+) -> DetailData<Cow<'static, [u8]>> {
+    let py = encoder.py;
+    let text = |encoder: &mut Encoder<'_>, text: &Py<PyString>| -> Cow<'static, [u8]> {
+        Cow::Owned(encoder.bytes(text.bind(py)).into_owned())
+    };
+    let names = |encoder: &mut Encoder<'_>, names: &[Py<PyString>]| {
+        names.iter().map(|n| text(encoder, n)).collect()
+    };
+    match detail {
+        VerdictDetail::Plain => DetailData::Plain,
+        VerdictDetail::Unchanged => DetailData::Unchanged,
+        VerdictDetail::Failed(error, n) => DetailData::Failed(text(encoder, error), *n),
+        VerdictDetail::Errors(n, error) => DetailData::Errors(*n, text(encoder, error)),
+        VerdictDetail::Empty(n, tools) => DetailData::Empty(*n, names(encoder, tools)),
+        VerdictDetail::Cycle(tools, writes) => DetailData::Cycle(names(encoder, tools), *writes),
+        VerdictDetail::PollLimit(n) => DetailData::PollLimit(u64::from(*n)),
+        VerdictDetail::After(tool, n, inner) => DetailData::After(
+            text(encoder, tool),
+            *n,
+            Box::new(detail_data(encoder, inner)),
+        ),
+    }
+}
+
+impl Encode<Verdict, Py<PyString>> for Encoder<'_> {
+    fn write_text(&mut self, out: &mut Writer, text: &Py<PyString>) {
+        let py = self.py;
+        let bytes = self.bytes(text.bind(py));
+        out.bytes(&bytes);
+    }
+
+    fn write_verdict(&mut self, out: &mut Writer, verdict: &Verdict) {
+        let py = self.py;
+        let data = VerdictData {
+            action: verdict.action,
+            reason: verdict.reason,
+            tool: self.bytes(verdict.tool.bind(py)),
+            key: verdict.key,
+            repeats: verdict.repeats,
+            step: verdict.step,
+            cached: None,
+            call_id: verdict.call_id.as_ref().map(|c| self.bytes(c.bind(py))),
+            // A turn's index: far below 2^32.
+            duplicate_of: verdict
+                .duplicate_of
+                .map(|i| u32::try_from(i).unwrap_or(u32::MAX)),
+            invalid_arguments: verdict
+                .invalid_arguments
+                .as_ref()
+                .map(|i| self.bytes(i.bind(py))),
+            detail: detail_data(self, &verdict.detail),
+        };
+        let (head, at) = data.write(out);
+        if let Some(cached) = &verdict.cached {
+            self.pending.push((head, at, cached.clone_ref(py)));
+        }
+    }
+}
+
+/// The JSON text of a cached result, if it is a JSON value.
+fn json_text(py: Python<'_>, result: &Py<PyAny>) -> PyResult<Option<Vec<u8>>> {
+    helpers(py)?
+        .json_text
+        .bind(py)
+        .call1((result.bind(py),))?
+        .extract()
+}
+
+/// The state's bytes with the verdicts' cached results put in (those that are JSON values).
+fn with_cached(
+    py: Python<'_>,
+    state: Vec<u8>,
+    pending: Vec<(usize, usize, Py<PyAny>)>,
+) -> PyResult<Vec<u8>> {
+    if pending.is_empty() {
+        return Ok(state);
+    }
+    let mut out = Writer {
+        out: Vec::with_capacity(state.len() + 64 * pending.len()),
+    };
+    let mut copied = 0;
+    for (head, at, result) in pending {
+        let Some(json) = json_text(py, &result)? else {
+            continue;
+        };
+        out.out.extend_from_slice(&state[copied..at]);
+        let shift = out.out.len() - at;
+        out.out[head + shift] |= H_CACHED;
+        out.bytes(&json);
+        copied = at;
+    }
+    out.out.extend_from_slice(&state[copied..]);
+    Ok(out.out)
+}
+
+/// `guard.snapshot(state_only=...)`.
+pub(crate) fn snapshot<'py>(
+    py: Python<'py>,
+    guard: &Guard,
+    state_only: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let (config, digest) = guard.config.written(py)?;
+    let mut out = Writer {
+        out: Vec::with_capacity(1024),
+    };
+    let mut encoder = Encoder {
+        py,
+        pending: Vec::new(),
+        error: None,
+    };
+    let cached: Vec<(Key, Py<PyAny>)> = {
+        let state = guard.lock();
+        state.write_snapshot(&mut out, &mut encoder);
+        state
+            .cached_in_order()
+            .map(|(key, result)| (key, result.clone_ref(py)))
+            .collect()
+    };
+    if let Some(err) = encoder.error {
+        return Err(err);
+    }
+    let mut state = with_cached(py, out.out, encoder.pending)?;
+    let mut kept = Vec::with_capacity(cached.len());
+    for (key, result) in &cached {
+        if let Some(json) = json_text(py, result)? {
+            kept.push((*key, json));
+        }
+    }
+    let mut tail = Writer { out: state };
+    write_cache(&mut tail, &kept);
+    state = tail.out;
+    let bytes = if state_only {
+        frame(STATE_ONLY, digest, &state)
+    } else {
+        frame(FULL, config, &state)
+    };
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// Reads a state back into Python objects; texts met twice (tool names) are made once.
+struct Decoder<'py> {
+    py: Python<'py>,
+    window: usize,
+    budget: Option<Arc<str>>,
+    texts: Vec<(Box<[u8]>, Py<PyString>)>,
+}
+
+/// How many distinct texts a restore reuses (tool names, mostly); past it, each is made anew.
+const SHARED_TEXTS: usize = 32;
+
+fn to_format(err: PyErr) -> SnapshotError {
+    SnapshotError(err.to_string())
+}
+
+impl Decoder<'_> {
+    fn text_of(&mut self, bytes: &[u8]) -> crate::snapshot::Result<Py<PyString>> {
+        let py = self.py;
+        if let Some((_, text)) = self.texts.iter().find(|(b, _)| **b == *bytes) {
+            return Ok(text.clone_ref(py));
+        }
+        let text = new_str(py, bytes).map_err(to_format)?;
+        if self.texts.len() < SHARED_TEXTS {
+            self.texts.push((bytes.into(), text.clone_ref(py)));
+        }
+        Ok(text)
+    }
+
+    fn detail(&mut self, detail: DetailData<&[u8]>) -> crate::snapshot::Result<VerdictDetail> {
+        let names = |names: Vec<&[u8]>, this: &mut Self| {
+            names
+                .into_iter()
+                .map(|n| this.text_of(n))
+                .collect::<crate::snapshot::Result<Vec<_>>>()
+        };
+        Ok(match detail {
+            DetailData::Plain => VerdictDetail::Plain,
+            DetailData::Unchanged => VerdictDetail::Unchanged,
+            DetailData::Failed(text, n) => VerdictDetail::Failed(self.text_of(text)?, n),
+            DetailData::Errors(n, text) => VerdictDetail::Errors(n, self.text_of(text)?),
+            DetailData::Empty(n, tools) => VerdictDetail::Empty(n, names(tools, self)?),
+            DetailData::Cycle(tools, writes) => VerdictDetail::Cycle(names(tools, self)?, writes),
+            // A limit beyond 2^32 polls is no limit (the guard's own max_polls saturates).
+            DetailData::PollLimit(n) => {
+                VerdictDetail::PollLimit(u32::try_from(n).unwrap_or(u32::MAX))
+            }
+            DetailData::After(tool, n, inner) => {
+                VerdictDetail::After(self.text_of(tool)?, n, Box::new(self.detail(*inner)?))
+            }
+        })
+    }
+
+    fn json_value(&self, json: &[u8]) -> crate::snapshot::Result<Py<PyAny>> {
+        let py = self.py;
+        helpers(py)
+            .and_then(|h| h.json_value.bind(py).call1((PyBytes::new(py, json),)))
+            .map(Bound::unbind)
+            .map_err(to_format)
+    }
+}
+
+impl Decode<Verdict, Py<PyAny>, Py<PyString>> for Decoder<'_> {
+    fn same_text(&mut self, text: &Py<PyString>, bytes: &[u8]) -> bool {
+        str_bytes(text.bind(self.py)).is_ok_and(|known| *known == *bytes)
+    }
+
+    fn make_text(&mut self, bytes: &[u8]) -> crate::snapshot::Result<Py<PyString>> {
+        self.text_of(bytes)
+    }
+
+    fn read_verdict(&mut self, reader: &mut Reader<'_>) -> crate::snapshot::Result<Verdict> {
+        let data = VerdictData::read(reader)?;
+        let py = self.py;
+        let call_id = match data.call_id {
+            Some(id) => Some(new_str(py, id).map_err(to_format)?),
+            None => None,
+        };
+        Ok(Verdict {
+            action: data.action,
+            reason: data.reason,
+            tool: self.text_of(data.tool)?,
+            key: data.key,
+            repeats: data.repeats,
+            step: data.step,
+            cached: data.cached.map(|j| self.json_value(j)).transpose()?,
+            call_id,
+            duplicate_of: data.duplicate_of.map(|i| i as usize),
+            invalid_arguments: data
+                .invalid_arguments
+                .map(|i| new_str(py, i).map_err(to_format))
+                .transpose()?,
+            window: self.window,
+            budget: self.budget.clone(),
+            detail: self.detail(data.detail)?,
+        })
+    }
+
+    fn verdict_step(&self, verdict: &Verdict) -> u64 {
+        verdict.step
+    }
+
+    fn read_result(&mut self, json: &[u8]) -> crate::snapshot::Result<Py<PyAny>> {
+        self.json_value(json)
+    }
+}
+
+fn read_state(py: Python<'_>, config: &GuardConfig, reader: &mut Reader<'_>) -> PyResult<State> {
+    let mut decoder = Decoder {
+        py,
+        window: config.limits.window,
+        budget: config.max_steps_text.clone(),
+        texts: Vec::new(),
+    };
+    State::read_snapshot(reader, config.limits.window, &mut decoder).map_err(format_error(py))
+}
+
+/// The bytes of a snapshot argument: bytes (borrowed), bytearray or memoryview (copied).
+fn snapshot_arg<'a>(data: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        return Ok(Cow::Borrowed(bytes.as_bytes()));
+    }
+    if data.is_instance_of::<PyByteArray>() || data.is_instance_of::<PyMemoryView>() {
+        let copy = data.py().get_type::<PyBytes>().call1((data,))?;
+        return Ok(Cow::Owned(copy.cast::<PyBytes>()?.as_bytes().to_vec()));
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "a snapshot is bytes, not {}",
+        data.get_type().name()?
+    )))
+}
+
+/// `Guard.from_snapshot(data)`.
+pub(crate) fn from_snapshot(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Guard> {
+    let bytes = snapshot_arg(data)?;
+    let (kind, head, mut reader) = unframe(&bytes).map_err(format_error(py))?;
+    if kind != FULL {
+        return Err(error(
+            py,
+            "a state-only snapshot has no configuration: load() it into a guard made with the \
+             same one",
+        ));
+    }
+    let guard = Guard::with_config(config_for(py, head)?);
+    let state = read_state(py, &guard.config, &mut reader)?;
+    *guard.lock() = state;
+    Ok(guard)
+}
+
+/// `guard.load(data)`: the state replaced only once the whole snapshot has been read.
+pub(crate) fn load(py: Python<'_>, guard: &Guard, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    let bytes = snapshot_arg(data)?;
+    let (kind, head, mut reader) = unframe(&bytes).map_err(format_error(py))?;
+    let (config, digest) = guard.config.written(py)?;
+    let expected: &[u8] = if kind == FULL { config } else { digest };
+    if head != expected {
+        return Err(error(
+            py,
+            "the snapshot is of a guard with another configuration (window, thresholds, \
+             tools, volatile keys or definitions) than this one",
+        ));
+    }
+    let state = read_state(py, &guard.config, &mut reader)?;
+    let old = std::mem::replace(&mut *guard.lock(), state);
+    // Dropped after the lock is released: dropping Python objects can run Python code.
+    drop(old);
+    Ok(())
+}

@@ -1,0 +1,926 @@
+//! A guard's run state as bytes (issue 18), free of Python. The format is defined field by
+//! field once, in `python/tripwire/_snapshot.py` (the reference writes it too); this module
+//! writes and reads the same bytes for [`RunState`], so each backend restores the other's
+//! snapshots and identical state gives identical bytes.
+//!
+//! The state's opaque values (verdicts, cached results, error texts) go through the
+//! [`Encode`] and [`Decode`] the caller gives; verdicts are written and read as
+//! [`VerdictData`], whose layout is here.
+//! Reading validates everything a corrupt or foreign snapshot could get wrong and builds a
+//! new state, so a failed read changes nothing and nothing read can make the guard panic.
+
+use std::collections::HashMap;
+
+use crate::guard::{Action, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY};
+use crate::key::Key;
+
+pub const MAGIC: &[u8; 4] = b"TWGS";
+pub const VERSION: u8 = 1;
+/// A snapshot with its configuration.
+pub const FULL: u8 = 0;
+/// A snapshot with the configuration's digest only.
+pub const STATE_ONLY: u8 = 1;
+
+const NUDGED: u8 = 1;
+const WRITES: u8 = 2;
+const CHANGES: u8 = 4;
+const HAS_RESULT: u8 = 8;
+const EMPTY: u8 = 16;
+const FAILED: u8 = 32;
+const RETRY: u8 = 64;
+
+/// The head bit of a verdict with a cached result.
+pub const H_CACHED: u8 = 16;
+const H_CALL_ID: u8 = 32;
+const H_DUPLICATE: u8 = 64;
+const H_INVALID: u8 = 128;
+
+/// Why bytes are not a snapshot this guard can restore; the text says which part is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError(pub String);
+
+pub type Result<T> = std::result::Result<T, SnapshotError>;
+
+fn fail<T>(why: impl Into<String>) -> Result<T> {
+    Err(SnapshotError(format!(
+        "not a tripwire guard snapshot: {}",
+        why.into()
+    )))
+}
+
+/// Appends the format's primitives.
+#[derive(Default)]
+pub struct Writer {
+    pub out: Vec<u8>,
+}
+
+impl Writer {
+    pub fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.out.push((value as u8 & 0x7f) | 0x80);
+            value >>= 7;
+        }
+        self.out.push(value as u8);
+    }
+
+    pub fn u8(&mut self, value: u8) {
+        self.out.push(value);
+    }
+
+    pub fn key(&mut self, key: Key) {
+        self.out.extend_from_slice(&key.to_be_bytes());
+    }
+
+    /// Length-prefixed bytes (texts are WTF-8: UTF-8 with lone surrogates in 3 bytes).
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.varint(bytes.len() as u64);
+        self.out.extend_from_slice(bytes);
+    }
+}
+
+/// Reads the format's primitives, each checked.
+pub struct Reader<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Reader { data, pos: 0 }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.data.len() - self.pos
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return fail("truncated");
+        }
+        let chunk = &self.data[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(chunk)
+    }
+
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub fn flag(&mut self) -> Result<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => fail(format!("a flag byte is {other}")),
+        }
+    }
+
+    /// A minimal LEB128 number of at most 10 bytes, no more than `limit`.
+    pub fn varint_max(&mut self, limit: u64) -> Result<u64> {
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let byte = self.u8()?;
+            let shift = 7 * i;
+            let bits = u64::from(byte & 0x7f);
+            if shift == 63 && bits > 1 {
+                return fail("a number is out of range");
+            }
+            value |= bits << shift;
+            if byte < 0x80 {
+                if byte == 0 && i > 0 {
+                    return fail("a number is not written minimally");
+                }
+                if value > limit {
+                    return fail(format!("a number ({value}) is out of range"));
+                }
+                return Ok(value);
+            }
+        }
+        fail("a number is longer than 10 bytes")
+    }
+
+    pub fn varint(&mut self) -> Result<u64> {
+        self.varint_max(u64::MAX)
+    }
+
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(self.varint_max(u64::from(u32::MAX))? as u32)
+    }
+
+    /// A count of items, each at least a byte long, so never more than the bytes left.
+    pub fn count(&mut self, limit: usize) -> Result<usize> {
+        let limit = limit.min(self.remaining());
+        Ok(self.varint_max(limit as u64)? as usize)
+    }
+
+    pub fn key(&mut self) -> Result<Key> {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(bytes))
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let len = self.count(usize::MAX)?;
+        self.take(len)
+    }
+
+    /// A text: WTF-8, as Python's "surrogatepass" writes a str.
+    pub fn text(&mut self) -> Result<&'a [u8]> {
+        let bytes = self.bytes()?;
+        if !is_wtf8(bytes) {
+            return fail("a text is not UTF-8");
+        }
+        Ok(bytes)
+    }
+}
+
+/// True for UTF-8 that may hold lone surrogates in their 3-byte form (what Python's
+/// "surrogatepass" decodes): the code points of any Python str, and nothing else.
+pub fn is_wtf8(bytes: &[u8]) -> bool {
+    if std::str::from_utf8(bytes).is_ok() {
+        return true;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        let lead = bytes[i];
+        let (len, low, high) = match lead {
+            0x00..=0x7f => (1, 0, 0),
+            0xc2..=0xdf => (2, 0x80, 0xbf),
+            0xe0 => (3, 0xa0, 0xbf),
+            // 0xed: surrogates (0xa0..=0xbf) included, which is the point.
+            0xe1..=0xef => (3, 0x80, 0xbf),
+            0xf0 => (4, 0x90, 0xbf),
+            0xf1..=0xf3 => (4, 0x80, 0xbf),
+            0xf4 => (4, 0x80, 0x8f),
+            _ => return false,
+        };
+        if len > 1 {
+            let Some(rest) = bytes.get(i + 1..i + len) else {
+                return false;
+            };
+            if !(low..=high).contains(&rest[0]) || rest[1..].iter().any(|b| b & 0xc0 != 0x80) {
+                return false;
+            }
+        }
+        i += len;
+    }
+    true
+}
+
+/// CRC-32 (zlib's), as Python's `zlib.crc32`.
+fn crc(bytes: &[u8]) -> [u8; 4] {
+    crc32fast::hash(bytes).to_le_bytes()
+}
+
+/// The whole snapshot: header, the configuration (`FULL`) or its digest (`STATE_ONLY`),
+/// the state, the checksum.
+pub fn frame(kind: u8, head: &[u8], state: &[u8]) -> Vec<u8> {
+    let mut out = Writer {
+        out: Vec::with_capacity(state.len() + head.len() + 20),
+    };
+    out.out.extend_from_slice(MAGIC);
+    out.u8(VERSION);
+    out.u8(kind);
+    if kind == FULL {
+        out.bytes(head);
+    } else {
+        out.out.extend_from_slice(head);
+    }
+    out.out.extend_from_slice(state);
+    let sum = crc(&out.out);
+    out.out.extend_from_slice(&sum);
+    out.out
+}
+
+/// The kind, the configuration (or its digest) and a reader at the state, the checksum
+/// checked.
+pub fn unframe(data: &[u8]) -> Result<(u8, &[u8], Reader<'_>)> {
+    if data.len() < 10 || &data[..4] != MAGIC {
+        return fail("no tripwire snapshot header");
+    }
+    if data[4] != VERSION {
+        return fail(format!(
+            "version {}, and this tripwire reads version {VERSION}",
+            data[4]
+        ));
+    }
+    let (body, sum) = data.split_at(data.len() - 4);
+    if crc(body) != sum {
+        return fail("its checksum does not match (corrupt or truncated)");
+    }
+    let mut reader = Reader { data: body, pos: 6 };
+    let head = match data[5] {
+        FULL => reader.bytes()?,
+        STATE_ONLY => reader.take(8)?,
+        other => return fail(format!("unknown kind {other}")),
+    };
+    Ok((data[5], head, reader))
+}
+
+/// What a verdict's message is about, as written (`guard::Detail` with texts for names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DetailData<S> {
+    Plain,
+    Unchanged,
+    Failed(S, u32),
+    Errors(u32, S),
+    Empty(u32, Vec<S>),
+    Cycle(Vec<S>, bool),
+    PollLimit(u64),
+    After(S, u32, Box<DetailData<S>>),
+}
+
+/// A verdict's fields as written; `S` holds a text's WTF-8 bytes (a JSON text for
+/// `cached`). Its window and budget are the configuration's, so not written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerdictData<S> {
+    pub action: Action,
+    pub reason: Option<Reason>,
+    pub tool: S,
+    pub key: Key,
+    pub repeats: u32,
+    pub step: u64,
+    pub cached: Option<S>,
+    pub call_id: Option<S>,
+    pub duplicate_of: Option<u32>,
+    pub invalid_arguments: Option<S>,
+    pub detail: DetailData<S>,
+}
+
+fn action_code(action: Action) -> u8 {
+    match action {
+        Action::Allow => 0,
+        Action::Nudge => 1,
+        Action::Stop => 2,
+    }
+}
+
+fn reason_code(reason: Option<Reason>) -> u8 {
+    match reason {
+        None => 0,
+        Some(Reason::LoopDetected) => 1,
+        Some(Reason::BudgetExhausted) => 2,
+        Some(Reason::NoProgress) => 3,
+    }
+}
+
+impl<S: AsRef<[u8]>> VerdictData<S> {
+    /// Writes the verdict; returns where its head byte is and where its cached result is
+    /// (or would be: a caller may add one there, with [`H_CACHED`] set in the head).
+    pub fn write(&self, out: &mut Writer) -> (usize, usize) {
+        let at_head = out.out.len();
+        let head = action_code(self.action)
+            | reason_code(self.reason) << 2
+            | if self.cached.is_some() { H_CACHED } else { 0 }
+            | if self.call_id.is_some() { H_CALL_ID } else { 0 }
+            | if self.duplicate_of.is_some() {
+                H_DUPLICATE
+            } else {
+                0
+            }
+            | if self.invalid_arguments.is_some() {
+                H_INVALID
+            } else {
+                0
+            };
+        out.u8(head);
+        out.bytes(self.tool.as_ref());
+        out.key(self.key);
+        out.varint(u64::from(self.repeats));
+        out.varint(self.step);
+        let at_cached = out.out.len();
+        if let Some(cached) = &self.cached {
+            out.bytes(cached.as_ref());
+        }
+        if let Some(call_id) = &self.call_id {
+            out.bytes(call_id.as_ref());
+        }
+        if let Some(index) = self.duplicate_of {
+            out.varint(u64::from(index));
+        }
+        if let Some(invalid) = &self.invalid_arguments {
+            out.bytes(invalid.as_ref());
+        }
+        write_detail(out, &self.detail);
+        (at_head, at_cached)
+    }
+}
+
+fn write_names<S: AsRef<[u8]>>(out: &mut Writer, names: &[S]) {
+    out.varint(names.len() as u64);
+    for name in names {
+        out.bytes(name.as_ref());
+    }
+}
+
+fn write_detail<S: AsRef<[u8]>>(out: &mut Writer, detail: &DetailData<S>) {
+    match detail {
+        DetailData::Plain => out.u8(0),
+        DetailData::Unchanged => out.u8(1),
+        DetailData::Failed(text, n) => {
+            out.u8(2);
+            out.bytes(text.as_ref());
+            out.varint(u64::from(*n));
+        }
+        DetailData::Errors(n, text) => {
+            out.u8(3);
+            out.varint(u64::from(*n));
+            out.bytes(text.as_ref());
+        }
+        DetailData::Empty(n, tools) => {
+            out.u8(4);
+            out.varint(u64::from(*n));
+            write_names(out, tools);
+        }
+        DetailData::Cycle(tools, writes) => {
+            out.u8(5);
+            write_names(out, tools);
+            out.u8(u8::from(*writes));
+        }
+        DetailData::PollLimit(n) => {
+            out.u8(6);
+            out.varint(*n);
+        }
+        DetailData::After(tool, n, inner) => {
+            out.u8(7);
+            out.bytes(tool.as_ref());
+            out.varint(u64::from(*n));
+            write_detail(out, inner);
+        }
+    }
+}
+
+impl<'a> VerdictData<&'a [u8]> {
+    pub fn read(reader: &mut Reader<'a>) -> Result<Self> {
+        let head = reader.u8()?;
+        let action = match head & 3 {
+            0 => Action::Allow,
+            1 => Action::Nudge,
+            2 => Action::Stop,
+            _ => return fail("an unknown action"),
+        };
+        let reason = match head >> 2 & 3 {
+            0 => None,
+            1 => Some(Reason::LoopDetected),
+            2 => Some(Reason::BudgetExhausted),
+            _ => Some(Reason::NoProgress),
+        };
+        let tool = reader.text()?;
+        let key = reader.key()?;
+        let repeats = reader.u32()?;
+        let step = reader.varint()?;
+        let cached = (head & H_CACHED != 0).then(|| reader.bytes()).transpose()?;
+        let call_id = (head & H_CALL_ID != 0).then(|| reader.text()).transpose()?;
+        let duplicate_of = (head & H_DUPLICATE != 0)
+            .then(|| reader.u32())
+            .transpose()?;
+        let invalid_arguments = (head & H_INVALID != 0).then(|| reader.text()).transpose()?;
+        Ok(VerdictData {
+            action,
+            reason,
+            tool,
+            key,
+            repeats,
+            step,
+            cached,
+            call_id,
+            duplicate_of,
+            invalid_arguments,
+            detail: read_detail(reader, false)?,
+        })
+    }
+}
+
+fn read_names<'a>(reader: &mut Reader<'a>) -> Result<Vec<&'a [u8]>> {
+    let n = reader.count(usize::MAX)?;
+    (0..n).map(|_| reader.text()).collect()
+}
+
+fn read_detail<'a>(reader: &mut Reader<'a>, nested: bool) -> Result<DetailData<&'a [u8]>> {
+    Ok(match reader.u8()? {
+        0 => DetailData::Plain,
+        1 => DetailData::Unchanged,
+        2 => DetailData::Failed(reader.text()?, reader.u32()?),
+        3 => DetailData::Errors(reader.u32()?, reader.text()?),
+        4 => DetailData::Empty(reader.u32()?, read_names(reader)?),
+        5 => DetailData::Cycle(read_names(reader)?, reader.flag()?),
+        6 => DetailData::PollLimit(reader.varint()?),
+        7 if !nested => DetailData::After(
+            reader.text()?,
+            reader.u32()?,
+            Box::new(read_detail(reader, true)?),
+        ),
+        tag => return fail(format!("detail tag {tag}")),
+    })
+}
+
+/// How a state's opaque values are written: verdicts, and texts (error texts) as bytes.
+/// Cached results are not written here: turning them into JSON may take code the caller
+/// must not run while it holds the state ([`RunState::cached_in_order`], [`write_cache`]).
+pub trait Encode<V, N> {
+    /// Writes a text's WTF-8 bytes ([`Writer::bytes`]).
+    fn write_text(&mut self, out: &mut Writer, text: &N);
+    fn write_verdict(&mut self, out: &mut Writer, verdict: &V);
+}
+
+/// How a state's opaque values are read back.
+pub trait Decode<V, R, N> {
+    /// Whether a text read back before has these WTF-8 bytes.
+    fn same_text(&mut self, text: &N, bytes: &[u8]) -> bool;
+    /// A handle for a text read back (already checked to be WTF-8).
+    fn make_text(&mut self, bytes: &[u8]) -> Result<N>;
+    fn read_verdict(&mut self, reader: &mut Reader<'_>) -> Result<V>;
+    /// The step a verdict was given at (what `observe` compares to mark a call id answered).
+    fn verdict_step(&self, verdict: &V) -> u64;
+    fn read_result(&mut self, json: &[u8]) -> Result<R>;
+}
+
+/// Writes the format's `cache` (the last part of a state): results as JSON text, oldest
+/// first, those that are not JSON values left out.
+pub fn write_cache(out: &mut Writer, kept: &[(Key, Vec<u8>)]) {
+    out.varint(kept.len() as u64);
+    for (key, json) in kept {
+        out.key(*key);
+        out.bytes(json);
+    }
+}
+
+impl<V, R, N> RunState<V, R, N> {
+    /// Writes the run state (the format's `state`) up to its cache ([`write_cache`]).
+    pub fn write_snapshot(&self, out: &mut Writer, codec: &mut impl Encode<V, N>) {
+        out.varint(self.steps);
+        out.varint(u64::from(self.turn));
+        out.varint(self.window.len() as u64);
+        for entry in &self.window {
+            out.key(entry.key);
+            out.bytes(&self.tool_bytes[entry.tool as usize]);
+            out.varint(entry.step);
+            out.varint(u64::from(entry.turn));
+            let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+            out.u8(bit(entry.nudged, NUDGED)
+                | bit(entry.writes, WRITES)
+                | bit(entry.changes, CHANGES)
+                | bit(entry.result.is_some(), HAS_RESULT)
+                | bit(entry.empty, EMPTY)
+                | bit(entry.failed, FAILED)
+                | bit(entry.retry, RETRY));
+            if let Some(result) = entry.result {
+                out.key(result);
+            }
+            if entry.failed {
+                let text = entry.result.and_then(|r| self.error_texts.get(&r));
+                match text {
+                    Some(text) => codec.write_text(out, text),
+                    None => out.bytes(b""),
+                }
+            }
+        }
+        out.u8(u8::from(self.stopped.is_some()));
+        if let Some(stop) = &self.stopped {
+            codec.write_verdict(out, stop);
+        }
+        out.varint(self.call_id_order.len() as u64);
+        for id in &self.call_id_order {
+            // The order and the map hold the same ids (`remember`).
+            if let Some(remembered) = self.by_call_id.get(id) {
+                out.bytes(id);
+                out.key(remembered.key);
+                out.u8(u8::from(remembered.answered));
+                codec.write_verdict(out, &remembered.verdict);
+            }
+        }
+        for counts in [&self.polls, &self.retries] {
+            let mut sorted: Vec<(Key, u32)> = counts.iter().map(|(&k, &n)| (k, n)).collect();
+            sorted.sort_unstable();
+            out.varint(sorted.len() as u64);
+            for (key, count) in sorted {
+                out.key(key);
+                out.varint(u64::from(count));
+            }
+        }
+    }
+
+    /// The cached results, oldest first, for [`write_cache`].
+    pub fn cached_in_order(&self) -> impl Iterator<Item = (Key, &R)> + '_ {
+        self.cache_order
+            .iter()
+            .filter_map(|key| self.cache.get(key).map(|r| (*key, r)))
+    }
+
+    /// Reads a run state written by [`RunState::write_snapshot`] (or the reference) for a
+    /// guard with this `window` size, up to the end of `reader`.
+    pub fn read_snapshot(
+        reader: &mut Reader<'_>,
+        window: usize,
+        codec: &mut impl Decode<V, R, N>,
+    ) -> Result<Self> {
+        let mut state = RunState::<V, R, N> {
+            steps: reader.varint()?,
+            turn: reader.u32()?,
+            ..RunState::default()
+        };
+        let entries = reader.count(window)?;
+        state.window.reserve_exact(entries);
+        for _ in 0..entries {
+            let key = reader.key()?;
+            let tool = reader.text()?;
+            let step = reader.varint()?;
+            let turn = reader.u32()?;
+            let flags = reader.u8()?;
+            if flags & 0x80 != 0 {
+                return fail(format!("entry flags {flags:#x}"));
+            }
+            let result = (flags & HAS_RESULT != 0)
+                .then(|| reader.key())
+                .transpose()?;
+            let failed = flags & FAILED != 0;
+            if failed {
+                let Some(digest) = result else {
+                    return fail("a failure without digest");
+                };
+                let text = reader.text()?;
+                match state.error_texts.get(&digest) {
+                    Some(known) if !codec.same_text(known, text) => {
+                        return fail("one digest, two errors")
+                    }
+                    Some(_) => {}
+                    None => {
+                        let text = codec.make_text(text)?;
+                        state.error_texts.insert(digest, text);
+                    }
+                }
+            }
+            let tool = state.intern_read(tool, codec)?;
+            state.window.push_back(Entry {
+                key,
+                tool,
+                step,
+                turn,
+                nudged: flags & NUDGED != 0,
+                writes: flags & WRITES != 0,
+                changes: flags & CHANGES != 0,
+                result,
+                empty: flags & EMPTY != 0,
+                failed,
+                retry: flags & RETRY != 0,
+            });
+        }
+        // Whether a result was observed is the shortcut past the progress rules, which
+        // give the hash-only verdicts anyway while no entry has a result.
+        state.observed = state.window.iter().any(|e| e.result.is_some());
+        if reader.flag()? {
+            state.stopped = Some(codec.read_verdict(reader)?);
+        }
+        let ids = reader.count(CALL_ID_MEMORY)?;
+        state.by_call_id.reserve(ids);
+        state.call_id_order.reserve_exact(ids);
+        for _ in 0..ids {
+            let id: Box<[u8]> = reader.text()?.into();
+            let key = reader.key()?;
+            let answered = reader.flag()?;
+            let verdict = codec.read_verdict(reader)?;
+            let step = codec.verdict_step(&verdict);
+            if state.by_call_id.contains_key(&id) {
+                return fail("a call id twice");
+            }
+            state.by_call_id.insert(
+                id.clone(),
+                Remembered {
+                    key,
+                    step,
+                    verdict,
+                    answered,
+                },
+            );
+            state.call_id_order.push_back(id);
+        }
+        state.polls = read_counts(reader)?;
+        state.retries = read_counts(reader)?;
+        let cached = reader.count(CACHE_ENTRIES)?;
+        for _ in 0..cached {
+            let key = reader.key()?;
+            let result = codec.read_result(reader.bytes()?)?;
+            if state.cache.insert(key, result).is_some() {
+                return fail("a cached key twice");
+            }
+            state.cache_order.push_back(key);
+        }
+        if reader.remaining() != 0 {
+            return fail("bytes after the state");
+        }
+        state.last_tool = None;
+        Ok(state)
+    }
+
+    fn intern_read(&mut self, bytes: &[u8], codec: &mut impl Decode<V, R, N>) -> Result<u32> {
+        if let Some(&id) = self.tool_ids.get(bytes) {
+            return Ok(id);
+        }
+        let name = codec.make_text(bytes)?;
+        Ok(self.intern_tool(bytes, || name))
+    }
+}
+
+fn read_counts(reader: &mut Reader<'_>) -> Result<HashMap<Key, u32>> {
+    let n = reader.count(usize::MAX)?;
+    let mut counts = HashMap::with_capacity(n);
+    let mut previous: Option<Key> = None;
+    for _ in 0..n {
+        let key = reader.key()?;
+        if previous.is_some_and(|p| key <= p) {
+            return fail("counts out of order");
+        }
+        counts.insert(key, reader.u32()?);
+        previous = Some(key);
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::{Limits, Outcome, Policy, ToolRule};
+
+    type Data = VerdictData<Vec<u8>>;
+    type State = RunState<Data, Vec<u8>, Vec<u8>>;
+
+    /// Verdicts as their written fields, results as JSON text, names as bytes.
+    struct Plain;
+
+    fn owned(data: VerdictData<&[u8]>) -> Data {
+        let own = |s: &[u8]| s.to_vec();
+        let detail = match data.detail {
+            DetailData::Plain => DetailData::Plain,
+            DetailData::Unchanged => DetailData::Unchanged,
+            DetailData::Failed(t, n) => DetailData::Failed(own(t), n),
+            DetailData::Errors(n, t) => DetailData::Errors(n, own(t)),
+            DetailData::Empty(n, ts) => DetailData::Empty(n, ts.into_iter().map(own).collect()),
+            DetailData::Cycle(ts, w) => DetailData::Cycle(ts.into_iter().map(own).collect(), w),
+            DetailData::PollLimit(n) => DetailData::PollLimit(n),
+            DetailData::After(t, n, _) => DetailData::After(own(t), n, Box::new(DetailData::Plain)),
+        };
+        VerdictData {
+            action: data.action,
+            reason: data.reason,
+            tool: own(data.tool),
+            key: data.key,
+            repeats: data.repeats,
+            step: data.step,
+            cached: data.cached.map(own),
+            call_id: data.call_id.map(own),
+            duplicate_of: data.duplicate_of,
+            invalid_arguments: data.invalid_arguments.map(own),
+            detail,
+        }
+    }
+
+    impl Encode<Data, Vec<u8>> for Plain {
+        fn write_text(&mut self, out: &mut Writer, text: &Vec<u8>) {
+            out.bytes(text);
+        }
+        fn write_verdict(&mut self, out: &mut Writer, verdict: &Data) {
+            verdict.write(out);
+        }
+    }
+
+    impl Decode<Data, Vec<u8>, Vec<u8>> for Plain {
+        fn same_text(&mut self, text: &Vec<u8>, bytes: &[u8]) -> bool {
+            text.as_slice() == bytes
+        }
+        fn make_text(&mut self, bytes: &[u8]) -> Result<Vec<u8>> {
+            Ok(bytes.to_vec())
+        }
+        fn read_verdict(&mut self, reader: &mut Reader<'_>) -> Result<Data> {
+            VerdictData::read(reader).map(owned)
+        }
+        fn verdict_step(&self, verdict: &Data) -> u64 {
+            verdict.step
+        }
+        fn read_result(&mut self, json: &[u8]) -> Result<Vec<u8>> {
+            Ok(json.to_vec())
+        }
+    }
+
+    fn verdict(step: u64, call_id: &[u8]) -> Data {
+        VerdictData {
+            action: Action::Allow,
+            reason: None,
+            tool: b"get_logs".to_vec(),
+            key: 7,
+            repeats: 1,
+            step,
+            cached: None,
+            call_id: Some(call_id.to_vec()),
+            duplicate_of: None,
+            invalid_arguments: None,
+            detail: DetailData::Cycle(vec![b"a".to_vec(), b"b\xed\xa0\x80".to_vec()], true),
+        }
+    }
+
+    /// A state with every part filled: a full window with results and a failure, call ids,
+    /// polls, retries, cached results (one not JSON), a stop.
+    fn busy() -> State {
+        let limits = Limits {
+            window: 12,
+            nudge_at: 2,
+            stop_at: 3,
+            max_steps: None,
+        };
+        let mut state = State::default();
+        let poll = Some(ToolRule {
+            policy: Policy::Poll,
+            max_polls: 20,
+        });
+        for i in 0..140u64 {
+            let tool = state.intern_tool(format!("tool{}", i % 3).as_bytes(), || b"t".to_vec());
+            let key = i % 5;
+            let rule = if i % 7 == 0 { poll } else { None };
+            let decision = state.decide(&limits, key, tool, rule);
+            let id = format!("call-{i}");
+            let remembered = Some((id.as_bytes(), verdict(decision.step, id.as_bytes())));
+            let latched = None;
+            state.commit(
+                &limits,
+                key,
+                tool,
+                &decision,
+                rule.map(|r| r.policy),
+                latched,
+                remembered,
+            );
+            let failed = i % 4 == 0;
+            let outcome = Outcome {
+                result: Some(if failed { 99 } else { i % 2 }),
+                empty: i % 2 == 0,
+                failed,
+                transient: i % 8 == 0,
+                error: failed.then(|| b"Error: 503".to_vec()),
+            };
+            state.observe(decision.step, key, Some(id.as_bytes()), outcome);
+        }
+        state.user_message();
+        state.store_result(3, b"[1,2]".to_vec());
+        state.store_result(4, b"not json".to_vec());
+        state.stopped = Some(verdict(140, b"x"));
+        state
+    }
+
+    fn snapshot(state: &State) -> Vec<u8> {
+        let mut out = Writer::default();
+        state.write_snapshot(&mut out, &mut Plain);
+        let kept: Vec<(Key, Vec<u8>)> = state
+            .cached_in_order()
+            .filter(|(_, r)| *r != b"not json")
+            .map(|(k, r)| (k, r.clone()))
+            .collect();
+        write_cache(&mut out, &kept);
+        frame(STATE_ONLY, &[0; 8], &out.out)
+    }
+
+    fn restore(data: &[u8]) -> Result<State> {
+        let (_, _, mut reader) = unframe(data)?;
+        State::read_snapshot(&mut reader, 12, &mut Plain)
+    }
+
+    #[test]
+    fn a_state_comes_back_as_it_was() {
+        let state = busy();
+        let data = snapshot(&state);
+        let back = restore(&data).expect("restores");
+        assert_eq!(snapshot(&back), data);
+        assert_eq!(back.window.len(), 12);
+        assert_eq!(back.by_call_id.len(), CALL_ID_MEMORY);
+        assert_eq!(
+            back.cache.len(),
+            1,
+            "results that are not JSON are not kept"
+        );
+        assert_eq!(back.steps(), state.steps());
+        assert_eq!(back.turn, state.turn);
+        assert!(back.observed);
+        // The same decisions from here on.
+        let limits = Limits {
+            window: 12,
+            nudge_at: 2,
+            stop_at: 3,
+            max_steps: None,
+        };
+        for key in [1, 2, 3, 1, 1] {
+            assert_eq!(
+                state.decide(&limits, key, 0, None),
+                back.decide(&limits, key, 0, None)
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_and_flipped_snapshots_are_errors_not_panics() {
+        let data = snapshot(&busy());
+        for len in 0..data.len() {
+            assert!(restore(&data[..len]).is_err(), "truncated to {len}");
+        }
+        let mut rng = crate::test_rng::xorshift(0x5eed);
+        for _ in 0..2000 {
+            let mut bad = data.clone();
+            let at = (rng() as usize) % bad.len();
+            bad[at] ^= 1 << (rng() % 8);
+            assert!(restore(&bad).is_err());
+        }
+    }
+
+    #[test]
+    fn corrupt_states_behind_a_good_checksum_are_errors_not_panics() {
+        // The checksum recomputed over each change, so the state's own checks are what
+        // refuse it (or it is a state, which must then write itself back the same).
+        let data = snapshot(&busy());
+        let (_, _, reader) = unframe(&data).expect("frames");
+        let start = data.len() - 4 - reader.remaining();
+        let mut rng = crate::test_rng::xorshift(42);
+        for round in 0..3000 {
+            let mut state = data[start..data.len() - 4].to_vec();
+            let at = (rng() as usize) % state.len();
+            match round % 3 {
+                0 => state[at] = rng() as u8,
+                1 => state.truncate(at),
+                _ => state.insert(at, rng() as u8),
+            }
+            let framed = frame(STATE_ONLY, &[0; 8], &state);
+            if let Ok(back) = restore(&framed) {
+                assert_eq!(snapshot(&back), framed);
+            }
+        }
+    }
+
+    #[test]
+    fn foreign_bytes_say_what_is_wrong() {
+        let data = snapshot(&busy());
+        let why = |bytes: &[u8]| restore(bytes).err().map(|e| e.0).unwrap_or_default();
+        assert!(why(b"PK\x03\x04 a zip file").contains("no tripwire snapshot header"));
+        let mut newer = data.clone();
+        newer[4] = 2;
+        assert!(why(&newer).contains("version 2"));
+        let mut flipped = data.clone();
+        flipped[20] ^= 1;
+        assert!(why(&flipped).contains("checksum"));
+    }
+
+    #[test]
+    fn wtf8_is_utf8_and_lone_surrogates() {
+        assert!(is_wtf8("récupérer".as_bytes()));
+        assert!(is_wtf8(b"bad\xed\xa0\x80tool"));
+        assert!(!is_wtf8(b"\xc0\x80"));
+        assert!(!is_wtf8(b"\xf4\x90\x80\x80"));
+        assert!(!is_wtf8(b"\xe2\x82"));
+    }
+
+    #[test]
+    fn numbers_are_minimal_leb128() {
+        for value in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            let mut out = Writer::default();
+            out.varint(value);
+            assert_eq!(Reader::new(&out.out).varint(), Ok(value));
+        }
+        assert!(Reader::new(&[0x80, 0x00]).varint().is_err());
+        assert!(Reader::new(&[0xff; 10]).varint().is_err());
+        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x10]).u32().is_err());
+    }
+}
