@@ -3,12 +3,12 @@
 
 - An event named ``gen_ai.guardrail.result`` on the current span for each nudge and stop:
   ``gen_ai.guardrail.name`` (``tripwire``), ``gen_ai.guardrail.action`` (``nudge``,
-  ``stop``), ``gen_ai.guardrail.reason`` (``loop_detected``, ``no_progress``,
+  ``stop``), ``gen_ai.guardrail.reason`` (a stop's: ``loop_detected``, ``no_progress``,
   ``budget_exhausted``), ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` (where the call has
   one), ``tripwire.key``, ``tripwire.repeats`` and ``tripwire.step``.
 - A counter, ``tripwire.guard.results``, of the same, labelled only by ``tripwire.action``,
-  ``tripwire.reason`` and ``gen_ai.tool.name``: never a run id, call id or key, whose
-  values are unbounded (each would be a new time series).
+  ``tripwire.reason`` (``none`` for a nudge) and ``gen_ai.tool.name``: never a run id, call
+  id or key, whose values are unbounded (each would be a new time series).
 
 The adapters (``tripwire.adapters.*``) call these for every decision they ask the guard
 for; a hand-written loop calls ``record_turn`` with the verdicts of ``check_turn`` (or
@@ -58,27 +58,26 @@ def record(verdict: Any) -> None:
     """One verdict: an event on the current span and a count, if it is a nudge or a stop."""
     if _trace is None or verdict.action == "allow":
         return
-    reason = verdict.reason or ""
     attributes: dict[str, Any] = {
         "gen_ai.guardrail.name": "tripwire",
         "gen_ai.guardrail.action": verdict.action,
-        "gen_ai.guardrail.reason": reason,
         "gen_ai.tool.name": verdict.tool,
         "tripwire.key": verdict.key,
         "tripwire.repeats": verdict.repeats,
         "tripwire.step": verdict.step,
     }
+    # A nudge has no reason (it is a warning); attributes cannot be None.
+    if verdict.reason is not None:
+        attributes["gen_ai.guardrail.reason"] = verdict.reason
     if verdict.call_id is not None:
         attributes["gen_ai.tool.call.id"] = verdict.call_id
     _trace.get_current_span().add_event(EVENT, attributes)
-    _results_counter().add(
-        1,
-        {
-            "tripwire.action": verdict.action,
-            "tripwire.reason": reason,
-            "gen_ai.tool.name": verdict.tool,
-        },
-    )
+    labels = {
+        "tripwire.action": verdict.action,
+        "tripwire.reason": verdict.reason or "none",
+        "gen_ai.tool.name": verdict.tool,
+    }
+    _results_counter().add(1, labels)
 
 
 def record_turn(verdicts: Iterable[Any]) -> None:
