@@ -225,3 +225,22 @@ def test_readme_agents_example_runs() -> None:
     exec(compile(block, str(README), "exec"), namespace)
     stop = namespace["stop"]
     assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 3, 1)
+
+
+def test_streamed_run_is_guarded_the_same(tw: ModuleType) -> None:
+    """``Runner.run_streamed``: the hooks see each streamed response once it is complete."""
+    ran: list[Any] = []
+    steps = [[function_call("get_logs", SEED_ARGS[i], call_id=f"call_{i}")] for i in range(4)]
+    model = ScriptedModel(steps)
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    guard_agent(agent, tw.Guard())
+
+    async def main() -> None:
+        result = Runner.run_streamed(agent, "Why did checkout latency double at 02:00?")
+        async for _ in result.stream_events():
+            pass
+
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        asyncio.run(main())
+    assert stop_of(raised.value).step == 3  # type: ignore[union-attr]
+    assert len(ran) == 1 and len(model.calls) == 3
