@@ -216,7 +216,11 @@ class _TurnHooks(AgentHooks[Any]):
 def guard_agent(agent: Any, guard: Any = None, /, **guard_options: Any) -> AgentGuard:
     """Guards every function tool of ``agent`` (see the module), with ``guard`` or a new
     ``tripwire.Guard(**guard_options)``; returns what was attached (its ``guard`` too).
-    Agents a run hands off to are guarded by calling this for each, with the same guard."""
+    Agents a run hands off to are guarded by calling this for each, with the same guard.
+
+    A guard is one run's, and what is attached is the agent's (its tools and hooks): runs
+    at the same time each need an agent (and tools) of their own, guarded each; calling this
+    again on an agent replaces the guard attached before."""
     if guard is None:
         guard = tripwire.Guard(**guard_options)
     elif guard_options:
