@@ -45,6 +45,7 @@ test:
 bench:
 	$(PY) -m pytest benches -q -p no:randomly
 	$(PY) benches/memory.py
+	$(PY) benches/state.py
 
 # Differential fuzzing, native vs reference (fuzz/README.md): each target for $(SECONDS) s,
 # new inputs kept in fuzz/work/<target>/, seeds read from fuzz/corpus/<target>/.

@@ -19,3 +19,10 @@ def test_readme_commands_are_what_ci_runs() -> None:
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert "pip install '.[test]' && pytest" in text
     assert "pytest" in ci
+
+
+def test_readme_state_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    state = [block for block in blocks if "from_snapshot" in block]
+    assert state, "the README has no snapshot example"
+    exec(compile(state[0], str(README), "exec"), {})

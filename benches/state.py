@@ -1,0 +1,144 @@
+"""Guard state as data (issue 18): snapshot and restore of a full guard, and a RedisGuard check
+on loopback next to a bare PING. Prints times and ratios; asserts nothing about time.
+
+    python benches/state.py            # needs redis-server on PATH for the second part
+
+A full guard: a window of 12 full, 128 call ids remembered (the most it keeps). Targets:
+snapshot and restore each under 5 us natively; a RedisGuard check's p50 at most 2.5x PING's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import tripwire.reference
+
+try:
+    import tripwire._core as native
+except ImportError:  # pragma: no cover
+    native = None
+
+
+def full(module: Any) -> Any:
+    guard = module.Guard(tools={"get_logs": "read", "deploy": "write"})
+    for i in range(140):
+        verdict = guard.check("deploy", {"n": i}, call_id=f"call_{i:04d}")
+        guard.observe(verdict, f"ok {i % 3}")
+    return guard
+
+
+def per_call(fn: Callable[[], Any], n: int) -> list[float]:
+    """Microseconds per call, for ``n`` calls timed in batches of 100."""
+    times = []
+    for _ in range(max(1, n // 100)):
+        start = time.perf_counter_ns()
+        for _ in range(100):
+            fn()
+        times.append((time.perf_counter_ns() - start) / 100 / 1000)
+    return times
+
+
+def snapshots() -> None:
+    print("snapshot / restore of a full guard (window 12 full, 128 call ids), us per call")
+    rows = []
+    for name, module in (("native", native), ("reference", tripwire.reference)):
+        if module is None:
+            continue
+        guard = full(module)
+        data = guard.snapshot()
+        state = guard.snapshot(state_only=True)
+        twin = module.Guard(tools={"get_logs": "read", "deploy": "write"})
+        n = 20_000 if module is native else 1_000
+        results = {
+            "snapshot()": per_call(guard.snapshot, n),
+            "snapshot(state_only)": per_call(lambda g=guard: g.snapshot(state_only=True), n),
+            "from_snapshot()": per_call(lambda d=data, m=module: m.Guard.from_snapshot(d), n),
+            "load(state)": per_call(lambda t=twin, s=state: t.load(s), n),
+        }
+        for what, times in results.items():
+            rows.append((name, what, statistics.median(times)))
+        print(f"  {name}: {len(data)} bytes in full, {len(state)} state only")
+    for name, what, median in rows:
+        ratio = ""
+        if name == "reference" and native is not None:
+            base = next(m for n, w, m in rows if n == "native" and w == what)
+            ratio = f"  ({median / base:.0f}x native)"
+        print(f"  {name:10} {what:22} {median:8.2f}{ratio}")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def redis_checks() -> None:
+    server = shutil.which("redis-server")
+    try:
+        import redis
+    except ImportError:
+        redis = None
+    if server is None or redis is None:
+        print("redis: skipped (needs redis-server and the redis package)")
+        return
+    from tripwire.redis import RedisGuard
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen([server, *flags], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.01)
+        n = 5_000
+
+        def timed(fn: Callable[[int], Any]) -> list[float]:
+            times = []
+            for i in range(n):
+                start = time.perf_counter_ns()
+                fn(i)
+                times.append((time.perf_counter_ns() - start) / 1000)
+            return times
+
+        ping = timed(lambda i: client.ping())
+        guard = RedisGuard(client, "bench")
+        # A run as agents make them: a few tools, arguments that vary, call ids, results
+        # observed (each observe is a round trip too, timed apart).
+        check = timed(lambda i: guard.check("get_logs", {"q": i % 7, "i": i}, call_id=f"c{i}"))
+        guard.reset()
+        cold = RedisGuard(client, "bench-cold")
+        # A worker that has not seen the run's latest state: two round trips.
+        other = RedisGuard(client, "bench-cold")
+
+        def alternate(i: int) -> Any:
+            return (cold if i % 2 else other).check("get_logs", {"i": i})
+
+        alternating = timed(alternate)
+        print("redis on loopback, us per call (p50 / p99)")
+        base = statistics.median(ping)
+        for what, times in (
+            ("PING", ping),
+            ("RedisGuard.check", check),
+            ("check, two workers", alternating),
+        ):
+            p50, p99 = statistics.median(times), percentile(times, 0.99)
+            print(f"  {what:22} {p50:7.1f} / {p99:7.1f}   p50 {p50 / base:.2f}x PING")
+    finally:
+        process.kill()
+        process.wait()
+
+
+if __name__ == "__main__":
+    snapshots()
+    redis_checks()
