@@ -8,7 +8,8 @@ $(PY):
 
 .PHONY: install
 install: $(PY)
-	$(PY) -m pip install -q -e '.[test,bench,dev]'
+	# The SDKs and frameworks too: their adapters are tested and type-checked against them.
+	$(PY) -m pip install -q -e '.[test,bench,dev,openai,anthropic,agents,langchain,mcp,otel,otel-test]'
 
 .PHONY: build-dev
 build-dev: $(PY)

@@ -39,6 +39,7 @@ from _guards import (
     requires_native,
     state,
 )
+from tripwire._results import unwrap
 
 SUITE = Path(__file__).parent / "scenarios" / "progress.json"
 SCENARIOS: list[dict[str, Any]] = json.loads(SUITE.read_text(encoding="utf-8"))
@@ -1473,3 +1474,24 @@ def test_policy_spec_errors_agree(spec: Any, error: type, message: str) -> None:
     reference = outcome(REFERENCE.Guard, tools=tools)
     assert reference == (error.__name__, message)
     assert native == reference
+
+
+def test_mcp_results_of_the_python_sdk_are_read(tw: ModuleType) -> None:
+    """mcp 2's ``CallToolResult`` dumps snake_case names unless asked for the wire's: both
+    are read (an envelope not read is compared whole, and its empty results never look
+    empty), whether the guard is given the object or its ``model_dump()``."""
+    types = pytest.importorskip("mcp.types")
+
+    def result(text: str, is_error: bool = False) -> Any:
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=is_error
+        )
+
+    assert unwrap(result("[]")) == unwrap(result("[]").model_dump()) == ([], False)
+    assert unwrap(result("no such service", True)) == ("no such service", True)
+    structured = types.CallToolResult(content=[], structured_content={"rows": 3})
+    assert unwrap(structured.model_dump()) == ({"rows": 3}, False)
+    wrapped = types.CallToolResult(content=[], structured_content={"result": []})
+    assert unwrap(wrapped) == ([], False)
+    assert _same_result(tw, result("3 rows"), result("3 rows").model_dump())
+    assert not _same_result(tw, result("3 rows"), result("3 rows", True))

@@ -35,6 +35,8 @@ _TRANSIENT_TEXT: Final = re.compile(
 )
 # First characters of a text that may be JSON or an error, so not plain text ("" too: empty).
 _NOT_PLAIN_TEXT: Final = frozenset({"", "[", "{", '"', "n", "e", "E", "<"})
+# The fields that tell an MCP CallToolResult's dict from other results with a "content".
+_MCP_FIELDS: Final = frozenset({"isError", "structuredContent", "is_error", "structured_content"})
 # How much of an error's text a message quotes.
 ERROR_TEXT_CHARS: Final = 200
 
@@ -82,7 +84,7 @@ def unwrap(result: Any) -> tuple[Any, bool | None]:
         if not callable(dump):
             return _safe_str(result), None
         try:
-            result = dump(mode="json")
+            result = _dumped(dump)
         except Exception:
             # A broken SDK object must not stop the harness: compared by its text.
             return _safe_str(result), None
@@ -97,12 +99,27 @@ def unwrap(result: Any) -> tuple[Any, bool | None]:
     if result.get("role") == "tool" or kind == "tool" or "tool_call_id" in result:
         # Chat tool message, or a LangChain ToolMessage (its ids never count).
         return content_value(result.get("content")), result.get("status") == "error" or None
-    if "content" in result and ("isError" in result or "structuredContent" in result):
-        # MCP CallToolResult: the structured content is the answer where there is one.
-        structured = result.get("structuredContent")
+    if "content" in result and not _MCP_FIELDS.isdisjoint(result):
+        # MCP CallToolResult: the structured content is the answer where there is one. Its
+        # dict form has the wire's names, or the Python SDK's (``model_dump()`` of mcp 2).
+        structured = result.get("structuredContent", result.get("structured_content"))
+        if type(structured) is dict and len(structured) == 1 and "result" in structured:
+            # How the Python SDK's servers send a tool's return value that is not an object
+            # (a list, a str): wrapped in {"result": ...}. What is compared is the value.
+            structured = structured["result"]
         value = structured if structured is not None else content_value(result.get("content"))
-        return value, _flag(result.get("isError"))
+        return value, _flag(result.get("isError", result.get("is_error")))
     return result, None
+
+
+def _dumped(dump: Callable[..., Any]) -> Any:
+    """An SDK object's JSON form with the wire's field names (MCP's ``isError`` and
+    ``structuredContent``: a dict form of the same result has them), or, from an object whose
+    ``model_dump`` is not pydantic's and takes no ``by_alias``, its plain JSON form."""
+    try:
+        return dump(mode="json", by_alias=True)
+    except TypeError:
+        return dump(mode="json")
 
 
 def _error_text(value: Any) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import tripwire
+from tripwire.telemetry import record_turn
 
 
 def field_of(obj: Any, name: str) -> Any:
@@ -42,6 +43,15 @@ def as_text(result: Any) -> str:
         return _to_json(result)
     except (TypeError, ValueError, RecursionError):
         return str(result)
+
+
+class LoopStopped(RuntimeError):
+    """The guard stopped the run (raised by the adapters whose framework ends a run with an
+    exception): ``verdict`` is the stop, its ``message`` the exception's text."""
+
+    def __init__(self, verdict: tripwire.Verdict) -> None:
+        super().__init__(verdict.message)
+        self.verdict = verdict
 
 
 @dataclass(slots=True)
@@ -100,6 +110,7 @@ class Turn:
         """``calls``: ``(id, name, arguments)``, arguments as the SDK holds them (JSON text
         or a dict)."""
         verdicts = guard.check_turn([(name, raw, call_id) for call_id, name, raw in calls])
+        record_turn(verdicts)
         turn = cls(guard, [])
         for index, ((call_id, name, raw), verdict) in enumerate(zip(calls, verdicts, strict=True)):
             call = ToolCall(call_id, name, _parsed(raw, verdict), verdict, index)

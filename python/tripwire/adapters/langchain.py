@@ -1,0 +1,192 @@
+"""tripwire for LangChain v1 agents (``langchain.agents.create_agent``): one middleware.
+
+::
+
+    agent = create_agent(model, tools, middleware=[LoopGuardMiddleware()],
+                         checkpointer=InMemorySaver())
+
+``LoopGuardMiddleware`` sees each model turn whole (``after_model``), before any of its calls
+runs:
+
+- a nudged call is answered with ``ToolMessage(status="error")`` carrying the guard's
+  message, so the tool node does not run it;
+- an identical copy of another call of the turn is not run either: it is given that call's
+  result (its answer is put in place before the next model call);
+- a stop answers every tool call id of the turn with the stop's message, adds an
+  ``AIMessage`` that says why the run stopped, and ends the run (``jump_to: "end"``).
+
+Before the next model call (``before_model``) the calls that ran are observed from their
+``ToolMessage``s (``status="error"`` is a failure), and a person's new message is told to the
+guard (``Guard.user_message``; a new message after a stop starts the guard afresh: the person
+has seen why it stopped).
+
+The guard lives in the agent's state (``tripwire_guard``: its snapshot, ``Guard.snapshot``),
+not in the middleware: it is checkpointed with the run, survives a resume in another process,
+and each thread has its own, so one middleware serves every thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+import tripwire
+from tripwire.telemetry import record_turn
+
+__all__ = ("LoopGuardMiddleware", "LoopGuardState")
+
+# The id of the answer a copy is given while its original runs, replaced (add_messages
+# replaces a message with the same id) by the original's answer before the next model call.
+_COPY_ID = "tripwire-copy-"
+
+
+class LoopGuardState(AgentState[Any]):
+    """The agent state the middleware adds: the guard's snapshot, and the id of the last
+    model message whose results it has observed (so a step run twice observes once)."""
+
+    tripwire_guard: NotRequired[Annotated[bytes | None, PrivateStateAttr]]
+    tripwire_observed: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
+class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
+    """A loop guard for a ``create_agent`` agent (see the module). ``make_guard``: how a
+    thread's guard is made (default: ``tripwire.Guard(**guard_options)``)."""
+
+    state_schema = LoopGuardState
+
+    def __init__(
+        self, *, make_guard: Callable[[], Any] | None = None, **guard_options: Any
+    ) -> None:
+        super().__init__()
+        if make_guard is not None and guard_options:
+            raise TypeError("guard options are for the default guard: pass make_guard or them")
+        self._make_guard: Callable[[], Any] = make_guard or (
+            lambda: tripwire.Guard(**guard_options)
+        )
+        # Made once, now: bad options fail here, not in the middle of a run; and its class
+        # (the backend) is the one snapshots are restored with.
+        self._guard_type = type(self._make_guard())
+
+    def guard_of(self, state: Any) -> Any:
+        """The guard a state holds (a new one where it holds none yet)."""
+        data = state.get("tripwire_guard")
+        if data is None:
+            return self._make_guard()
+        return self._guard_type.from_snapshot(data)
+
+    # -- after each model call: the turn ---------------------------------------------------
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: LoopGuardState, runtime: Any) -> dict[str, Any] | None:
+        message = _last_ai_message(state["messages"])
+        if message is None or not message.tool_calls:
+            return None
+        guard = self.guard_of(state)
+        # LangChain's ToolCall types its id Optional; a model's tool calls always have one.
+        calls: list[Any] = message.tool_calls
+        verdicts = guard.check_turn([(call["name"], call["args"], call["id"]) for call in calls])
+        record_turn(verdicts)
+        stop = next((verdict for verdict in verdicts if verdict.action == "stop"), None)
+        if stop is not None:
+            answers: list[Any] = [
+                ToolMessage(
+                    stop.message, tool_call_id=call["id"], name=call["name"], status="error"
+                )
+                for call in calls
+            ]
+            answers.append(AIMessage(stop.message))
+            return {"messages": answers, "jump_to": "end", "tripwire_guard": guard.snapshot()}
+        answers = []
+        for call, verdict in zip(calls, verdicts, strict=True):
+            if verdict.action == "nudge":
+                answers.append(
+                    ToolMessage(
+                        verdict.message, tool_call_id=call["id"], name=call["name"], status="error"
+                    )
+                )
+            elif verdict.duplicate_of is not None:
+                original = calls[verdict.duplicate_of]["id"]
+                answers.append(
+                    ToolMessage(
+                        f"The same call as {original}: its result.",
+                        tool_call_id=call["id"],
+                        name=call["name"],
+                        id=_COPY_ID + call["id"],
+                    )
+                )
+        update: dict[str, Any] = {"tripwire_guard": guard.snapshot()}
+        if answers:
+            update["messages"] = answers
+        return update
+
+    # -- before each model call: the results ----------------------------------------------
+
+    def before_model(self, state: LoopGuardState, runtime: Any) -> dict[str, Any] | None:
+        messages = state["messages"]
+        index = _last_ai_index(messages)
+        if index is None:
+            return None
+        message: Any = messages[index]
+        if message.id is not None and state.get("tripwire_observed") == message.id:
+            return None
+        guard = self.guard_of(state)
+        update: dict[str, Any] = {"tripwire_observed": message.id}
+        later = messages[index + 1 :]
+        answered: dict[Any, ToolMessage] = {
+            m.tool_call_id: m for m in later if isinstance(m, ToolMessage)
+        }
+        calls: list[Any] = [call for call in message.tool_calls if call["id"] in answered]
+        if calls and not guard.stopped:
+            # The turn's calls again, with their ids: a retried delivery (the same id and
+            # call, its result not yet observed) gets its first verdict back, uncounted. So
+            # the verdicts need not be kept outside the guard to survive a checkpoint.
+            verdicts = guard.check_turn([(c["name"], c["args"], c["id"]) for c in calls])
+            copies: list[Any] = []
+            for call, verdict in zip(calls, verdicts, strict=True):
+                if verdict.action != "allow":
+                    continue
+                if verdict.duplicate_of is None:
+                    guard.observe(verdict, answered[call["id"]])
+                    continue
+                source = answered[calls[verdict.duplicate_of]["id"]]
+                copies.append(
+                    ToolMessage(
+                        source.content,
+                        tool_call_id=call["id"],
+                        name=call["name"],
+                        status=source.status,
+                        id=_COPY_ID + call["id"],
+                    )
+                )
+            if copies:
+                update["messages"] = copies
+        if any(isinstance(m, HumanMessage) for m in later):
+            if guard.stopped:
+                guard.reset()
+            guard.user_message()
+        update["tripwire_guard"] = guard.snapshot()
+        return update
+
+    # No I/O: the async agent runs the same steps without a thread hop.
+    @hook_config(can_jump_to=["end"])
+    async def aafter_model(self, state: LoopGuardState, runtime: Any) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+    async def abefore_model(self, state: LoopGuardState, runtime: Any) -> dict[str, Any] | None:
+        return self.before_model(state, runtime)
+
+
+def _last_ai_index(messages: list[Any]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], AIMessage):
+            return index
+    return None
+
+
+def _last_ai_message(messages: list[Any]) -> AIMessage | None:
+    index = _last_ai_index(messages)
+    return None if index is None else messages[index]

@@ -1,0 +1,246 @@
+"""The OpenAI Agents SDK adapter (issue 20) with the SDK's own runner, tools and types.
+
+No network: the SDK's own test double, ``agents.testing.ScriptedModel``, plays the model (one
+scripted response per model call), and ``Runner.run`` does everything else as in production:
+tool guardrails, parallel tool calls, hooks. Every test runs on both backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from _guards import BACKENDS
+
+agents = pytest.importorskip("agents")
+from agents import (  # noqa: E402
+    Agent,
+    AgentHooks,
+    Runner,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailTripwireTriggered,
+    function_tool,
+    tool_input_guardrail,
+)
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+from tripwire.adapters.agents import guard_agent, stop_of  # noqa: E402
+
+# The SDK's own tracing exports to OpenAI's servers: off, no network.
+agents.set_tracing_disabled(True)
+
+# The seed's triage call, respelled as the model respelled it.
+SEED_ARGS = (
+    '{"service":"checkout","since":"15m","level":"error"}',
+    '{"service": "checkout", "level": "error", "since": "15m"}',
+    '{"since":"15m","service":"checkout","level":"error"}',
+    '{"service":"checkout ","since":"15m","level":"error"}',
+)
+
+
+@pytest.fixture(params=BACKENDS)
+def tw(request: pytest.FixtureRequest) -> ModuleType:
+    module: ModuleType = request.param
+    return module
+
+
+def triage_tools(ran: list[tuple[str, Any]]) -> list[Any]:
+    @function_tool
+    async def get_logs(service: str, since: str, level: str = "error") -> list[str]:
+        """Log lines of a service."""
+        ran.append(("get_logs", (service, since, level)))
+        await asyncio.sleep(0.01)  # long enough for a copy of this call to be waiting
+        return []
+
+    @function_tool
+    def get_metrics(service: str, metric: str) -> dict[str, Any]:
+        """A metric of a service."""
+        ran.append(("get_metrics", (service, metric)))
+        return {"service": service, metric: 812}
+
+    @function_tool
+    def restart(service: str) -> str:
+        """Restarts a service."""
+        ran.append(("restart", service))
+        raise PermissionError(f"{service}: permission denied")
+
+    return [get_logs, get_metrics, restart]
+
+
+def outputs(model: ScriptedModel, index: int) -> dict[str, str]:
+    """The tool outputs the model was sent in its ``index``-th call, by call id."""
+    items = model.calls[index].input
+    assert not isinstance(items, str)
+    return {
+        item["call_id"]: item["output"]
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+
+
+def run(agent: Any) -> Any:
+    return asyncio.run(Runner.run(agent, "Why did checkout latency double at 02:00?"))
+
+
+def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
+    ran: list[Any] = []
+    steps = [[function_call("get_logs", SEED_ARGS[i], call_id=f"call_{i}")] for i in range(4)]
+    model = ScriptedModel(steps)
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    guard_agent(agent, tw.Guard())
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        run(agent)
+    stop = stop_of(raised.value)
+    assert stop is not None
+    assert (stop.action, stop.reason, stop.tool, stop.step) == (
+        "stop",
+        "loop_detected",
+        "get_logs",
+        3,
+    )
+    assert stop.call_id == "call_2"
+    assert ran == [("get_logs", ("checkout", "15m", "error"))]  # the first call only
+    assert outputs(model, 1) == {"call_0": "[]"}
+    nudge = outputs(model, 2)["call_1"]
+    assert nudge.startswith("This is the second identical call to get_logs")
+    assert len(model.calls) == 3  # no model call after the stop
+
+
+def test_healthy_turn_is_untouched(tw: ModuleType) -> None:
+    ran: list[Any] = []
+    calls = [
+        function_call("get_logs", '{"service": "checkout", "since": "15m"}', call_id="a"),
+        function_call("get_metrics", '{"service": "checkout", "metric": "p99"}', call_id="b"),
+    ]
+    model = ScriptedModel([calls, [assistant_message("Upstream timeouts.")]])
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    loop_guard = guard_agent(agent, tw.Guard())
+    result = run(agent)
+    assert result.final_output == "Upstream timeouts."
+    assert sorted(name for name, _ in ran) == ["get_logs", "get_metrics"]
+    assert outputs(model, 1) == {"a": "[]", "b": "{'service': 'checkout', 'p99': 812}"}
+    assert loop_guard.guard.steps == 2
+
+
+@pytest.mark.parametrize("concurrency", [None, 1], ids=["parallel", "one-at-a-time"])
+def test_parallel_duplicates_run_once(tw: ModuleType, concurrency: int | None) -> None:
+    """Identical calls in one response: the tool runs once, every copy gets its result,
+    and the guard counts one action (a copy is not a second identical call)."""
+    ran: list[Any] = []
+    calls = [
+        function_call("get_logs", SEED_ARGS[0], call_id="a"),
+        function_call("get_metrics", '{"service": "checkout", "metric": "p99"}', call_id="b"),
+        function_call("get_logs", SEED_ARGS[3], call_id="c"),
+    ]
+    model = ScriptedModel([calls, [assistant_message("Done.")]])
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    loop_guard = guard_agent(agent, tw.Guard())
+    config = None
+    if concurrency is not None:
+        from agents import RunConfig
+        from agents.run_config import ToolExecutionConfig
+
+        config = RunConfig(tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1))
+    result = asyncio.run(Runner.run(agent, "go", run_config=config))
+    assert result.final_output == "Done."
+    assert sorted(name for name, _ in ran) == ["get_logs", "get_metrics"]
+    sent = outputs(model, 1)
+    assert sent["a"] == sent["c"] == "[]"
+    assert loop_guard.guard.steps == 2
+
+
+def test_failures_are_observed(tw: ModuleType) -> None:
+    """A tool that raises is answered by the SDK's own error text; the guard takes it for
+    the failure it is (the nudge quotes it). ``restart`` has no policy (its kind is
+    unknown), so its repeats get one more run: allow, allow, nudge, stop."""
+    ran: list[Any] = []
+    steps = [
+        [function_call("restart", '{"service": "checkout"}', call_id=f"r{i}")] for i in range(4)
+    ]
+    model = ScriptedModel(steps)
+    agent = Agent(name="ops", tools=triage_tools(ran), model=model)
+    guard_agent(agent, tw.Guard())
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        run(agent)
+    assert len(ran) == 2
+    nudge = outputs(model, 3)["r2"]
+    assert 'failed 2 times with "An error occurred while running the tool' in nudge
+    assert stop_of(raised.value).step == 4  # type: ignore[union-attr]
+
+
+def test_the_agents_own_hooks_and_guardrails_still_run(tw: ModuleType) -> None:
+    events: list[str] = []
+
+    class Hooks(AgentHooks[Any]):
+        async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+            events.append("llm_end")
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            events.append(f"tool_end:{tool.name}")
+
+    @tool_input_guardrail
+    def no_restarts(data: Any) -> ToolGuardrailFunctionOutput:
+        if data.context.tool_name == "restart":
+            return ToolGuardrailFunctionOutput.raise_exception(output_info="no restarts")
+        return ToolGuardrailFunctionOutput.allow()
+
+    ran: list[Any] = []
+    tools = triage_tools(ran)
+    for tool in tools:
+        tool.tool_input_guardrails = [no_restarts]
+    steps = [
+        [function_call("get_metrics", '{"service": "checkout", "metric": "p99"}', call_id="m")],
+        [function_call("restart", '{"service": "checkout"}', call_id="r")],
+    ]
+    agent = Agent(name="ops", tools=tools, model=ScriptedModel(steps), hooks=Hooks())
+    guard_agent(agent, tw.Guard())
+    guard_agent(agent, tw.Guard())  # attaching twice keeps one of each
+    assert [g.get_name() for g in tools[0].tool_input_guardrails] == ["tripwire", "no_restarts"]
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        run(agent)
+    assert stop_of(raised.value) is None  # the SDK's tripwire, not this package's stop
+    assert raised.value.guardrail.get_name() == "no_restarts"
+    assert events == ["llm_end", "tool_end:get_metrics", "llm_end"]
+
+
+def test_guard_agent_takes_a_guard_or_its_options() -> None:
+    agent = Agent(name="a", tools=triage_tools([]), model=ScriptedModel([]))
+    assert "window=6" in repr(guard_agent(agent, window=6).guard)
+    with pytest.raises(TypeError, match="not both"):
+        guard_agent(agent, guard_agent(agent).guard, window=6)
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_agents_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    block = next(block for block in blocks if "tripwire.adapters.agents" in block)
+    ran: list[Any] = []
+    steps = [[function_call("get_logs", SEED_ARGS[i], call_id=f"call_{i}")] for i in range(4)]
+    namespace: dict[str, Any] = {"MODEL": ScriptedModel(steps), "TOOLS": triage_tools(ran)}
+    exec(compile(block, str(README), "exec"), namespace)
+    stop = namespace["stop"]
+    assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 3, 1)
+
+
+def test_streamed_run_is_guarded_the_same(tw: ModuleType) -> None:
+    """``Runner.run_streamed``: the hooks see each streamed response once it is complete."""
+    ran: list[Any] = []
+    steps = [[function_call("get_logs", SEED_ARGS[i], call_id=f"call_{i}")] for i in range(4)]
+    model = ScriptedModel(steps)
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    guard_agent(agent, tw.Guard())
+
+    async def main() -> None:
+        result = Runner.run_streamed(agent, "Why did checkout latency double at 02:00?")
+        async for _ in result.stream_events():
+            pass
+
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        asyncio.run(main())
+    assert stop_of(raised.value).step == 3  # type: ignore[union-attr]
+    assert len(ran) == 1 and len(model.calls) == 3
