@@ -524,3 +524,27 @@ def test_usage_shapes() -> None:
         "cache_read_input_tokens": 60,
     }
     assert parse_usage(litellm) == Usage(100, 1, 60, 30)
+
+
+def test_the_run_table_says_which_tool_was_nudged_and_which_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run nudged on one tool and stopped on another: the table's STOPPED ON names the
+    stopped tool, NUDGES is a count, and the JSON names the nudged tool too."""
+    rows = [
+        {"run": "r", "tool": "search", "args": {"q": "x"}},
+        {"run": "r", "tool": "search", "args": {"q": "x"}},  # step 2: nudge on search
+        {"run": "r", "tool": "get_logs", "args": {"s": 1}},
+        {"run": "r", "tool": "get_logs", "args": {"s": 1}},  # step 4: nudge on get_logs
+        {"run": "r", "tool": "get_logs", "args": {"s": 1}},  # step 5: stop on get_logs
+    ]
+    path = write_lines(tmp_path / "two.jsonl", rows)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    header, row = (line.split("  ") for line in out.splitlines()[3:5])
+    cells = dict(zip([h.strip() for h in header if h], [c.strip() for c in row if c], strict=True))
+    assert cells["NUDGES"] == "2" and cells["NUDGED AT"] == "2" and cells["STOPPED AT"] == "5"
+    assert cells["STOPPED ON"] == "get_logs"
+    assert "NUDGES: calls nudged (a count); NUDGED AT, STOPPED AT: step numbers" in out
+    (run,) = list(replay([str(path)]).runs)
+    assert (run.nudge_tool, run.tool, run.nudges) == ("search", "get_logs", 2)

@@ -229,39 +229,47 @@ def parse_usage(value: object) -> Usage | None:
         return None
     if type(value) is not dict:
         raise UsageError(f"usage is {type(value).__name__}, not an object of token counts")
-    get = value.get
-    prompt = _count("prompt_tokens", get("prompt_tokens"))
-    fresh = _count("input_tokens", get("input_tokens"))
-    reads = _count("cache_read_input_tokens", get("cache_read_input_tokens"))
-    writes = _count("cache_creation_input_tokens", get("cache_creation_input_tokens"))
-    output = _count("output_tokens", get("output_tokens")) + _count(
-        "completion_tokens", get("completion_tokens")
-    )
-    cached = _count("cached_input_tokens", get("cached_input_tokens")) + _count(
-        "cached_tokens", get("cached_tokens")
-    )
-    for name in _DETAILS:
-        details = get(name)
-        if isinstance(details, dict):
-            cached += _count(f"{name}.cached_tokens", details.get("cached_tokens"))
-    if not any(
-        name in value for name in ("input_tokens", "prompt_tokens", "output_tokens",
-                                   "completion_tokens", "cache_read_input_tokens",
-                                   "cache_creation_input_tokens")
-    ):  # fmt: skip
+    # One pass over the fields (this is on the hot path of big logs): counts by kind.
+    counts = [0, 0, 0, 0, 0, 0]
+    found = inclusive = False
+    for name, raw in value.items():
+        field_kind = _FIELDS.get(name)
+        if field_kind is None:
+            if name in _DETAILS and isinstance(raw, dict):
+                counts[_CACHED] += _count(f"{name}.cached_tokens", raw.get("cached_tokens"))
+            continue
+        counts[field_kind] += raw if type(raw) is int and raw >= 0 else _count(name, raw)
+        if field_kind != _CACHED:
+            found = True
+            inclusive = inclusive or field_kind == _PROMPT
+    if not found:
         raise UsageError(
             "usage has none of input_tokens/output_tokens or prompt_tokens/completion_tokens"
         )
-    if "prompt_tokens" in value:
+    prompt, fresh, reads, writes, output, cached = counts
+    if inclusive:
         total = prompt  # an input_tokens beside it says the same again
         if reads + writes > total:  # not parts of it after all
             total += reads + writes
     else:
         total = fresh + reads + writes
-    cached = max(cached, reads)
-    cached = min(cached, total)
+    cached = min(max(cached, reads), total)
     writes = min(writes, total - cached)
     return Usage(total, output, cached, writes)
+
+
+# What each usage field counts (see ``parse_usage``).
+_PROMPT, _INPUT, _CACHE_READ, _CACHE_WRITE, _OUTPUT, _CACHED = range(6)
+_FIELDS: Final = {
+    "prompt_tokens": _PROMPT,
+    "input_tokens": _INPUT,
+    "cache_read_input_tokens": _CACHE_READ,
+    "cache_creation_input_tokens": _CACHE_WRITE,
+    "output_tokens": _OUTPUT,
+    "completion_tokens": _OUTPUT,
+    "cached_input_tokens": _CACHED,
+    "cached_tokens": _CACHED,
+}
 
 
 def merge_usage(old: Usage | None, new: Usage | None) -> Usage | None:

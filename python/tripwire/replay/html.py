@@ -156,7 +156,7 @@ def render(report: Report, *, limit: int = RUNS_SHOWN) -> str:
                 f"{_e(run.run)}: {_e(run.reason)} on {_e(run.tool)} at step {run.stop_step}"
                 f" ({_e(run.stop_location or '')})</summary><table>"
             )
-            for step, action, call in run.stop_lead:
+            for step, action, call in run.lead():
                 colour = COLOURS.get(action[:1], "#999")
                 out.append(
                     f'<tr><td class="n">{step}</td><td style="color:{colour}">{_e(action)}'

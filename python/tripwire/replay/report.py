@@ -123,7 +123,7 @@ def _run_json(run: RunResult) -> dict[str, Any]:
         "stop_call": run.stop_call,
         "stop_message": run.stop_message,
         "stop_lead": [
-            {"step": step, "action": action, "call": call} for step, action, call in run.stop_lead
+            {"step": step, "action": action, "call": call} for step, action, call in run.lead()
         ],
         "timeline": run.timeline,
         "model": run.model,

@@ -214,7 +214,7 @@ class RunResult:
     stop_call: str | None = None
     stop_message: str | None = None
     # The calls that led to the stop (the last ``window`` steps, the stop last): (step,
-    # action, call preview).
+    # action, ``tool {arguments}`` clipped).
     stop_lead: tuple[tuple[int, str, str], ...] = ()
     tokens_source: Source = "none"
     # The guard's action on each step, one character (``ALLOW``, ``NUDGE``, ``STOP``,
@@ -234,6 +234,10 @@ class RunResult:
     @property
     def stopped(self) -> bool:
         return self.stop_step is not None
+
+    def lead(self) -> list[tuple[int, str, str]]:
+        """The calls that led to the stop: (step, action, ``tool {arguments}`` clipped)."""
+        return list(self.stop_lead)
 
     @property
     def looped(self) -> bool:
@@ -376,13 +380,14 @@ class Totals:
         return getattr(self.counts, name)
 
     def add(self, run: RunResult) -> None:
-        self.counts.add(run.counts)
+        counts = run.counts
+        self.counts.add(counts)
         self.runs += 1
         self.stopped += run.stopped
         self.looped += run.looped
         self.no_progress += run.no_progress
-        self.nudged += run.nudges > 0
-        self.nudged_only += run.nudges > 0 and run.stop_step is None
+        self.nudged += counts.nudges > 0
+        self.nudged_only += counts.nudges > 0 and run.stop_step is None
         self.tokens_source = combine(self.tokens_source, run.tokens_source)
         if run.reward is not None:
             self.labelled += 1
@@ -630,9 +635,10 @@ class Fleet:
             run.source = combine(run.source, source)
         model = turn.model
         if model is not None:
+            # Unnamed ones are counted at the end (all model calls less the named).
             run.model = model
-        models = self.models
-        models[model] = models.get(model, 0) + 1
+            models = self.models
+            models[model] = models.get(model, 0) + 1
         cost = self._cost(usage, model)
         counts.turns += 1
         counts.input_tokens += usage.input
@@ -743,10 +749,9 @@ class Fleet:
         run.pending = None
         run.stop_location = location(path, turn.line, turn.where)
         run.stop_call = _preview(turn.calls[index], self._volatile)
-        run.stop_lead = tuple(
-            (step, action, _preview(call, self._volatile) or call[0])
-            for step, action, call in run.lead
-        )
+        # Written out now, clipped: a few hundred bytes a run, where the calls as logged
+        # (their argument objects) would keep megabytes alive across a fleet.
+        run.stop_lead = tuple((step, action, lead_preview(call)) for step, action, call in run.lead)
         run.lead.clear()
 
     def _distinct(self, run: _Run, turn: Turn, path: str) -> int:
@@ -813,6 +818,9 @@ class Fleet:
             self._finish(self._open.pop(key))
         self._totals.counts.results_unlinked += self.orphan_results
         self.orphan_results = 0
+        unnamed = self._totals.counts.turns - sum(self.models.values())
+        if unnamed:
+            self.models[None] = unnamed
         return Report(
             settings=self.settings,
             runs=self._runs,
@@ -833,6 +841,21 @@ def _as_checked(call: Call) -> tuple[str, Any]:
     if not is_text and isinstance(args, (str, bytes, bytearray)):
         args = json.dumps(args if isinstance(args, str) else args.decode("utf-8", "replace"))
     return (name, args)
+
+
+def lead_preview(call: Call) -> str:
+    """A call as logged, clipped: cheaper than ``_preview`` (no canonical form), for the
+    calls before a stop, which are many across a fleet."""
+    name, args, is_text = call
+    if is_text:
+        text = " ".join(str(args).split())
+    else:
+        try:
+            text = json.dumps(args, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            text = " ".join(str(args).split())
+    preview = f"{name} {text}"
+    return preview if len(preview) <= CALL_PREVIEW else preview[: CALL_PREVIEW - 1] + "…"
 
 
 def _preview(call: Call, volatile: frozenset[str] | None) -> str | None:
