@@ -48,7 +48,7 @@ def test_replay_example_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, err) == (0, "")
     row = next(line for line in out.splitlines() if line.startswith("checkout-triage "))
     assert row.split() == [
-        "checkout-triage", "39", "5", "6", "loop_detected", "get_logs", "34", "750k",
+        "checkout-triage", "39", "1", "5", "6", "loop_detected", "get_logs", "34", "750k",
         "$2.68", "$0.31", "$2.37",
     ]  # fmt: skip
     assert "34 of 39 saved (87%)" in out
@@ -294,7 +294,8 @@ def test_polling_run_is_progress_unless_hash_only(
     assert "tools: build_status poll (ignored: hash only)" in out
     row = next(line.split() for line in out.splitlines() if "release.json" in line)
     steps = "6" if fmt == "openai-chat" else "5"  # the chat's deploy is a step too
-    assert row[1:6] == [steps, "2", "3", "loop_detected", "build_status"]
+    # STEPS, NUDGES (a count), NUDGED AT and STOPPED AT (step numbers), REASON, STOPPED ON
+    assert row[1:7] == [steps, "1", "2", "3", "loop_detected", "build_status"]
 
 
 def test_no_progress_stops_in_table_fleet_and_tools(
@@ -306,7 +307,7 @@ def test_no_progress_stops_in_table_fleet_and_tools(
     code, out, err = run(argv, capsys)
     assert (code, err) == (0, "")
     rows = [line.split() for line in out.splitlines() if "  no_progress  " in line]
-    assert [row[3:6] for row in rows] == [
+    assert [row[4:7] for row in rows] == [
         ["9", "no_progress", "edit_file"],
         ["5", "no_progress", "search_docs"],
     ]
@@ -421,7 +422,7 @@ def test_an_overlong_line_is_skipped_with_a_clear_message(
 ) -> None:
     from tripwire.replay import formats
 
-    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1_000)
+    monkeypatch.setattr(formats.files, "MAX_LINE_BYTES", 1_000)
     call = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": 1}}) + "\n"
     long = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": "x" * 5_000}}) + "\n"
     trace = tmp_path / "long.jsonl"
@@ -439,8 +440,8 @@ def test_an_endless_line_ends_the_file(
     """As /dev/zero: no newline ever. Read through up to MAX_SKIP_BYTES, then given up."""
     from tripwire.replay import formats
 
-    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 1 << 20)
-    monkeypatch.setattr(formats, "MAX_SKIP_BYTES", 8 << 20)
+    monkeypatch.setattr(formats.files, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(formats.files, "MAX_SKIP_BYTES", 8 << 20)
     call = json.dumps({"run": "r", "tool": "get_logs", "args": {"q": 1}}) + "\n"
     trace = tmp_path / "zero.jsonl"
     trace.write_bytes(call.encode() + b"\0" * (20 << 20))
@@ -460,7 +461,7 @@ def test_an_oversized_json_document_is_skipped(
 ) -> None:
     from tripwire.replay import formats
 
-    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 2_000)
+    monkeypatch.setattr(formats.files, "MAX_LINE_BYTES", 2_000)
     messages = [{"role": "user", "content": "x" * 100}] * 50
     trace = tmp_path / "chat.json"
     trace.write_text(json.dumps(messages, indent=1))

@@ -542,12 +542,12 @@ def test_anthropic(tmp_path: Path) -> None:
     assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 5, 6, 2)
     assert run.tool == "read_file"
     assert run.tokens_source == "usage"
-    # Anthropic input = input_tokens + cache reads; the cache is priced as input by default.
+    # Anthropic input = input_tokens + cache reads; cache reads are priced at 0.1x input.
     assert run.input_tokens == sum(2000 + 600 * i + 8000 for i in range(7))
     assert run.cached_tokens == 7 * 8000
     assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (6,))
-    cheap_cache = one(replay([str(path)], Settings(prices=Prices(cached=0.3))))
-    assert cheap_cache.cost < run.cost
+    full_price = one(replay([str(path)], Settings(prices=Prices(cache_read=3.0))))
+    assert full_price.cost > run.cost
 
 
 def test_openai_responses(tmp_path: Path) -> None:
@@ -841,7 +841,8 @@ def test_json_report_schema() -> None:
         "steps_saved": 34,
     }
     assert set(run["tokens"]) == {
-        "source", "input", "output", "cached", "input_saved", "output_saved", "saved",
+        "source", "input", "output", "cached", "cache_write", "input_saved", "output_saved",
+        "saved",
     }  # fmt: skip
     assert set(run["cost"]) == {"total", "guarded", "saved"}
     assert data["files"][0]["formats"] == ["events"]
@@ -1179,7 +1180,7 @@ def test_codex_wall_time_is_not_a_change(tmp_path: Path) -> None:
 
 
 def test_codex_outputs_lose_their_wall_time() -> None:
-    from tripwire.replay.formats import _codex_output
+    from tripwire.replay.formats.codex import codex_output as _codex_output
 
     text = "Exit code: 1\nWall time: 2.5 seconds\nOutput:\n1 failed\n"
     assert _codex_output(text) == "Exit code: 1\nOutput:\n1 failed\n"

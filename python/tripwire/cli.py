@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 import tripwire
-from tripwire.replay import cost, progress
-from tripwire.replay.formats import Problem
+from tripwire.replay import cost, html, progress
+from tripwire.replay.formats import Problem, help_text, trace_suffixes
 from tripwire.replay.report import DEFAULT_LIMIT, render, write_json
 from tripwire.replay.simulate import STDIN, Settings, replay
 
@@ -51,14 +51,8 @@ Replays recorded agent runs through the loop guard: where it would have nudged a
 stopped each run, and the steps, tokens and money that stopping would have saved.
 
 Input formats, detected per file (JSON or JSONL, .gz too, - for stdin, directories are
-searched for *.json, *.jsonl, *.ndjson and their .gz):
-  events            JSONL of {"run": ..., "tool": ..., "args": {...} or "json text",
-                    "usage": {"input_tokens": ..., "output_tokens": ...}}
-  openai-chat       message lists; assistant tool_calls with string arguments
-  openai-responses  item lists; function_call items
-  anthropic         message lists; assistant tool_use blocks
-  claude-code       Claude Code session JSONL (~/.claude/projects/*/*.jsonl)
-  codex             Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)
+searched for {suffixes} and their .gz):
+{formats}
 
 Tool results in the traces (chat "tool" messages, Responses *_output items, tool_result
 blocks, the events' "result" or {"run", "result_of": CALL_ID, "result"} lines) are given to
@@ -68,7 +62,9 @@ Tell it which tools write or poll with --tools / --tool; --hash-only replays the
 ignores results (and policies), for comparison.
 
 Money: every model call re-sends the transcript, so each call is priced from its own usage
-figures where the trace has them, else estimated from the transcript size (marked ~).
+figures where the trace has them, else estimated from the transcript size (marked ~). Prices
+follow the model each call names (the common Anthropic and OpenAI models' list prices, cache
+reads and writes as each provider bills them); unknown models get $3/$15 per million tokens.
 """
 
 
@@ -131,7 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     rp = commands.add_parser(
         "replay",
         help="what the guard would have saved, on your own traces",
-        description=_REPLAY_HELP,
+        description=_REPLAY_HELP.replace(
+            "{suffixes}", ", ".join(f"*{suffix}" for suffix in trace_suffixes())
+        ).replace("{formats}", help_text()),
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -175,26 +173,44 @@ def _parser() -> argparse.ArgumentParser:
     money.add_argument(
         "--price-in",
         type=_price,
-        default=cost.DEFAULT_PRICE_IN,
+        default=None,
         metavar="USD",
-        help=f"input tokens ({cost.DEFAULT_PRICE_IN:g})",
+        help="input tokens, for every model (default: each model's list price, else "
+        f"{cost.DEFAULT_PRICE_IN:g})",
     )
     money.add_argument(
         "--price-out",
         type=_price,
-        default=cost.DEFAULT_PRICE_OUT,
+        default=None,
         metavar="USD",
-        help=f"output tokens ({cost.DEFAULT_PRICE_OUT:g})",
+        help="output tokens, for every model (default: each model's list price, else "
+        f"{cost.DEFAULT_PRICE_OUT:g})",
     )
     money.add_argument(
+        "--price-cache-read",
         "--price-cached",
+        dest="price_cache_read",
         type=_price,
         default=None,
         metavar="USD",
-        help="input tokens read from a prompt cache (the --price-in price)",
+        help="input tokens read from a prompt cache (default: the model's; "
+        f"{cost.CACHE_READ:g}x the input price for unknown models and with --price-in)",
+    )
+    money.add_argument(
+        "--price-cache-write",
+        type=_price,
+        default=None,
+        metavar="USD",
+        help="input tokens written to a prompt cache (default: the model's; "
+        f"{cost.CACHE_WRITE:g}x the input price for unknown models and with --price-in)",
     )
     out = rp.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    out.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (no network needed)",
+    )
     out.add_argument(
         "--limit",
         type=_count,
@@ -302,7 +318,9 @@ def _tools(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    prices = cost.Prices(args.price_in, args.price_out, args.price_cached)
+    prices = cost.Prices(
+        args.price_in, args.price_out, args.price_cache_read, args.price_cache_write
+    )
     try:
         tools = _tools(args)
     except _UsageError as exc:
@@ -341,6 +359,13 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if bar is not None:
             bar.close()
     try:
+        if args.html is not None:
+            try:
+                with open(args.html, "w", encoding="utf-8", errors="backslashreplace") as page:
+                    page.write(html.render(report))
+            except OSError as exc:
+                sys.stderr.write(f"tripwire: --html {args.html}: {exc.strerror or exc}\n")
+                return EXIT_USAGE
         if args.json:
             write_json(report, sys.stdout)
         else:

@@ -4,7 +4,7 @@ Each run in the traces is put through a fresh ``tripwire.Guard``, step by step, 
 harness would have done before dispatching each call; the report says where the guard would
 have nudged and stopped, and what the rest of the run cost. ``replay(paths)`` is the API the
 command line uses; ``formats`` reads traces, ``simulate`` replays them, ``cost`` prices model
-calls and ``report`` renders the result.
+calls, ``report`` renders the result and ``html`` draws it as one self-contained page.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from tripwire.replay.cost import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT, Prices, Us
 from tripwire.replay.formats import FileStats, Problem, Result, Turn
 from tripwire.replay.report import SCHEMA, render, to_json, write_json
 from tripwire.replay.simulate import (
+    Counts,
     Report,
     RunResult,
     RunStore,
@@ -26,6 +27,7 @@ __all__ = (
     "DEFAULT_PRICE_IN",
     "DEFAULT_PRICE_OUT",
     "SCHEMA",
+    "Counts",
     "FileStats",
     "Prices",
     "Problem",

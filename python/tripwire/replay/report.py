@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from typing import Any, Final, TextIO
 
 import tripwire
-from tripwire.replay.cost import BYTES_PER_TOKEN, Source
+from tripwire.replay.cost import BYTES_PER_TOKEN, Source, model_price
 from tripwire.replay.simulate import Report, RunResult
 
 SCHEMA: Final = "tripwire.replay/1"
@@ -54,6 +54,11 @@ TOP_TOOLS: Final = 5
 # Looped runs whose stopped call is shown.
 TOP_STOPS: Final = 5
 RUN_NAME_WIDTH: Final = 36
+LEGEND: Final = (
+    "NUDGES: calls nudged (a count); NUDGED AT, STOPPED AT: step numbers of the first nudge"
+    "\nand of the stop; STOPPED ON: the stopped call's tool."
+)
+TOOLS_LEGEND: Final = "  (RUNS STOPPED and NUDGES are counts, over all runs)"
 TOOL_WIDTH: Final = 24
 
 
@@ -63,6 +68,35 @@ def _share(part: float, whole: float) -> float | None:
 
 def _money(value: float) -> float:
     return round(value, 6)
+
+
+def _rounded(share: float | None) -> float | None:
+    return None if share is None else round(share, 6)
+
+
+def prices_json(report: Report) -> dict[str, Any]:
+    """The prices used: the flat ones given, and each model's the traces named."""
+    prices = report.settings.prices
+    models = {}
+    for model in sorted(report.models, key=lambda m: (m is None, m or "")):
+        price = prices.of(model)
+        models["(unnamed)" if model is None else model] = {
+            "input": price.input,
+            "output": price.output,
+            "cache_read": price.cache_read,
+            "cache_write": price.cache_write,
+            "model_calls": report.models[model],
+            "listed": model_price(model) is not None,
+        }
+    return {
+        "unit": "USD per million tokens",
+        "per_model": prices.per_model,
+        "input": prices.input,
+        "output": prices.output,
+        "cache_read": prices.cache_read,
+        "cache_write": prices.cache_write,
+        "models": models,
+    }
 
 
 # -- JSON -----------------------------------------------------------------------------------
@@ -78,6 +112,7 @@ def _run_json(run: RunResult) -> dict[str, Any]:
         "steps": run.steps,
         "model_calls": run.turns,
         "nudge_step": run.nudge_step,
+        "nudge_tool": run.nudge_tool,
         "nudges": run.nudges,
         "stop_step": run.stop_step,
         "reason": run.reason,
@@ -87,6 +122,12 @@ def _run_json(run: RunResult) -> dict[str, Any]:
         "stop_location": run.stop_location,
         "stop_call": run.stop_call,
         "stop_message": run.stop_message,
+        "stop_lead": [
+            {"step": step, "action": action, "call": call} for step, action, call in run.lead()
+        ],
+        "timeline": run.timeline,
+        "model": run.model,
+        "reward": run.reward,
         "steps_saved": run.steps_saved,
         "model_calls_saved": run.turns_saved,
         "tokens": {
@@ -94,6 +135,7 @@ def _run_json(run: RunResult) -> dict[str, Any]:
             "input": run.input_tokens,
             "output": run.output_tokens,
             "cached": run.cached_tokens,
+            "cache_write": run.cache_write_tokens,
             "input_saved": run.input_tokens_saved,
             "output_saved": run.output_tokens_saved,
             "saved": run.tokens_saved,
@@ -134,6 +176,9 @@ def summary(report: Report) -> dict[str, Any]:
             "input": t.input_tokens,
             "output": t.output_tokens,
             "cached": t.cached_tokens,
+            "cache_write": t.cache_write_tokens,
+            "cached_share": _rounded(_share(t.cached_tokens, t.input_tokens)),
+            "cache_write_share": _rounded(_share(t.cache_write_tokens, t.input_tokens)),
             "input_saved": t.input_tokens_saved,
             "output_saved": t.output_tokens_saved,
             "saved": t.input_tokens_saved + t.output_tokens_saved,
@@ -144,13 +189,19 @@ def summary(report: Report) -> dict[str, Any]:
             "saved": _money(t.cost - t.cost_guarded),
             "saved_share": None if cost_share is None else round(cost_share, 6),
         },
+        "outcomes": {
+            "labelled": t.labelled,
+            "succeeded": t.succeeded,
+            "stopped": t.stopped_labelled,
+            "stopped_succeeded": t.stopped_succeeded,
+        },
         "split_runs": report.split_runs,
         "results": t.results,
         "results_unlinked": t.results_unlinked,
     }
 
 
-def _tools(report: Report) -> list[tuple[str, Any]]:
+def tools_ranked(report: Report) -> list[tuple[str, Any]]:
     """Tools the guard stopped or nudged runs on, worst first."""
     return sorted(
         report.tools.items(), key=lambda item: (-item[1].stops, -item[1].cost_saved, item[0])
@@ -161,7 +212,6 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
     """The whole report as plain JSON data (schema ``SCHEMA``); ``runs=False`` leaves the
     list of runs empty (``write_json`` streams it instead)."""
     settings = report.settings
-    prices = settings.prices
     volatile = (
         tripwire.DEFAULT_VOLATILE_KEYS if settings.volatile_keys is None else settings.volatile_keys
     )
@@ -175,12 +225,7 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
             "volatile_keys": sorted(volatile),
             "mode": settings.mode,
             "tools": dict(settings.tools or {}),
-            "prices": {
-                "unit": "USD per million tokens",
-                "input": prices.input,
-                "output": prices.output,
-                "cached": prices.input if prices.cached is None else prices.cached,
-            },
+            "prices": prices_json(report),
             "bytes_per_token": BYTES_PER_TOKEN,
         },
         "summary": summary(report),
@@ -196,7 +241,7 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
                 "steps_saved": stats.steps_saved,
                 "cost_saved": _money(stats.cost_saved),
             }
-            for name, stats in _tools(report)
+            for name, stats in tools_ranked(report)
         ],
         "runs": [_run_json(run) for run in report.runs] if runs else [],
         "files": [
@@ -208,6 +253,7 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
                 "ignored": f.ignored,
                 "problems": f.problems,
                 "unreadable": f.unreadable,
+                "unknown_records": dict(sorted(f.unknown.items())),
             }
             for f in report.files
         ],
@@ -344,7 +390,7 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
     else:
         shown = _select(runs, limit)
         header = [
-            "RUN", "STEPS", "NUDGE", "STOP", "REASON", "TOOL",
+            "RUN", "STEPS", "NUDGES", "NUDGED AT", "STOPPED AT", "REASON", "STOPPED ON",
             "STEPS SAVED", "TOKENS SAVED", "COST", "GUARDED", "SAVED",
         ]  # fmt: skip
         rows = [header]
@@ -355,6 +401,7 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
                 [
                     _clip(name, RUN_NAME_WIDTH),
                     f"{r.steps:,}",
+                    f"{r.nudges:,}",
                     "-" if r.nudge_step is None else f"{r.nudge_step:,}",
                     "-" if r.stop_step is None else f"{r.stop_step:,}",
                     r.reason or "-",
@@ -367,7 +414,8 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
                 ]
             )
         out.append("")
-        out.extend(_table(rows, right={1, 2, 3, 6, 7, 8, 9, 10}))
+        out.extend(_table(rows, right={1, 2, 3, 4, 7, 8, 9, 10, 11}))
+        out.extend(LEGEND.split("\n"))
         hidden = len(runs) - len(shown)
         if hidden:
             hidden_stopped = s["stopped"] - sum(1 for r in shown if r.stopped)
@@ -387,7 +435,7 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
     if len(runs):
         out.append("")
         out.extend(_fleet(s))
-    tools = [(name, stats) for name, stats in _tools(report) if stats.stops]
+    tools = [(name, stats) for name, stats in tools_ranked(report) if stats.stops]
     if tools:
         out.append("")
         out.append("Top offending tools (each stop is a report on the tool):")
@@ -406,6 +454,7 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
         out.extend(_table(rows, right={1, 2, 3, 4}))
         if len(tools) > TOP_TOOLS:
             out.append(f"  ... and {len(tools) - TOP_TOOLS} more")
+        out.append(TOOLS_LEGEND)
     out.append("")
     out.extend(_notes(report, s))
     return "\n".join(out) + "\n"
@@ -434,6 +483,9 @@ def _fleet(s: dict[str, Any]) -> list[str]:
         f" ({_pct(s['steps_saved'], s['steps'])})",
         f"  model calls  {s['model_calls_saved']:,} of {s['model_calls']:,} saved"
         f" ({_pct(s['model_calls_saved'], s['model_calls'])})",
+        f"  input        {_pct(tokens['cached'], tokens['input'])} read from prompt caches,"
+        f" {_pct(tokens['cache_write'], tokens['input'])} written to them"
+        f" (of {mark}{_tokens(tokens['input'])} input tokens)",
         f"  tokens       {mark}{_tokens(tokens['saved'])} of"
         f" {mark}{_tokens(tokens['input'] + tokens['output'])} saved"
         f" ({_pct(tokens['saved'], tokens['input'] + tokens['output'])})",
@@ -453,12 +505,46 @@ _SOURCE_NOTES: Final = {
 }
 
 
-def _notes(report: Report, s: dict[str, Any]) -> list[str]:
+def _prices_note(report: Report) -> str:
+    """The prices used, per million tokens: flat ones given, or each named model's."""
     prices = report.settings.prices
-    price = f"${prices.input:g}/MTok input, ${prices.output:g}/MTok output"
-    if prices.cached is not None:
-        price += f", ${prices.cached:g}/MTok cached input"
-    notes = [f"Prices: {price}; {_SOURCE_NOTES[s['tokens']['source']]}."]
+
+    def one(price: Any) -> str:
+        return (
+            f"${price.input:g} in, ${price.output:g} out, cache reads ${price.cache_read:g},"
+            f" writes ${price.cache_write:g}"
+        )
+
+    if not prices.per_model:
+        return f"{one(prices.of(None))} per MTok, for every model"
+    parts = []
+    for model in sorted(report.models, key=lambda m: (m is None, m or ""))[:4]:
+        known = model_price(model)
+        name = known[0] if known is not None else (model or "unnamed model")
+        listed = "" if known is not None or model is None else " (not listed: defaults)"
+        parts.append(f"{name}{listed} {one(prices.of(model))}")
+    if len(report.models) > 4:
+        parts.append(f"{len(report.models) - 4} more models")
+    return "; ".join(dict.fromkeys(parts)) + " per MTok" if parts else "per model"
+
+
+def _notes(report: Report, s: dict[str, Any]) -> list[str]:
+    notes = [f"Prices: {_prices_note(report)}; {_SOURCE_NOTES[s['tokens']['source']]}."]
+    outcomes = s["outcomes"]
+    if outcomes["labelled"]:
+        notes.append(
+            f"Outcomes in the traces: {outcomes['succeeded']:,} of {outcomes['labelled']:,}"
+            f" labelled runs succeeded; the guard stopped {outcomes['stopped_succeeded']:,}"
+            f" that succeeded and {outcomes['stopped'] - outcomes['stopped_succeeded']:,}"
+            " that failed."
+        )
+    unknown: dict[str, int] = {}
+    for f in report.files:
+        for name, count in f.unknown.items():
+            unknown[name] = unknown.get(name, 0) + count
+    if unknown:
+        listed = ", ".join(f"{name} x{count:,}" for name, count in sorted(unknown.items()))
+        notes.append(f"Records of types this version does not read, skipped: {listed}.")
     settings = report.settings
     if settings.observe and s["runs"] and not s["results"]:
         notes.append("No tool results in these traces: the verdicts are the hash-only ones.")

@@ -17,11 +17,12 @@ Semantics, chosen to match the guard's own:
   see ``tripwire.replay.cost``). The model call whose tool call was stopped had already been
   made and paid for when the guard refused the call, so the guarded run's cost includes the
   stopping turn; every later model call is saved.
-* Arguments given as JSON text (OpenAI-style) are checked with ``Guard.check_json``, whose
-  key is that of the parsed value, so broken JSON is keyed by its text and a model repeating
-  the same broken arguments is caught too; arguments given as values use ``Guard.check``.
-  Inside a parallel turn, text is parsed first and the turn goes through ``check_turn``; a turn
-  with broken JSON text is checked call by call with the same one-action-per-key rule.
+* Arguments given as JSON text (OpenAI-style) go to the guard as text (``check_json``, or
+  ``check_turn`` for a turn of several calls), whose key is that of the parsed value, so broken
+  JSON is keyed by its text and a model repeating the same broken arguments is caught too;
+  arguments given as values use ``Guard.check``. Nothing is parsed or keyed here: the guard's
+  verdicts say which calls of a turn are one action (``duplicate_of``), after a stop too (a
+  stopped guard answers every check with its stop, counting nothing).
 * A call whose arguments the guard refuses (nested deeper than it allows) is reported as bad
   input and is not a step.
 * Each run's guard is ``Settings.guard()``: window, thresholds and volatile keys as given, no
@@ -54,17 +55,21 @@ with its conversation, or else with its file. Memory is bounded whatever the tra
 * Finished runs go to a ``RunStore``, which keeps the first ``SPILL_AFTER`` in memory and
   spills the rest to a temporary file; fleet totals and per-tool figures are summed as runs
   finish (``Totals``, ``ToolStats``), so nothing needs all runs in memory at once.
+
+A run's figures are one ``Counts``, filled as the run is replayed, kept in its ``RunResult``
+and summed into the fleet's ``Totals`` field by field: a new figure is one new field.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pickle
 import tempfile
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
@@ -82,6 +87,7 @@ from tripwire.replay.formats import (
     Turn,
     UserMessage,
     location,
+    trace_suffixes,
 )
 
 MAX_OPEN_RUNS: Final = 10_000
@@ -92,6 +98,11 @@ MAX_EVICTED: Final = 50_000
 SPILL_AFTER: Final = 10_000
 CHUNK: Final = 1000
 CALL_PREVIEW: Final = 160
+# Steps of a run's timeline kept (one character each: see ``RunResult.timeline``).
+MAX_TIMELINE: Final = 2000
+# Timeline characters: the guard's action on each step; ``SAVED`` a step after the stop.
+ALLOW, NUDGE, STOP, SAVED = "a", "n", "s", "."
+_CODE: Final = {"allow": ord(ALLOW), "nudge": ord(NUDGE), "stop": ord(STOP)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,58 +146,35 @@ class Settings:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """One run, replayed. Token and cost figures cover every model call of the run;
-    ``*_saved`` the model calls after the stopping one."""
+@dataclass(slots=True)
+class Counts:
+    """Figures of a run, summed over its model calls; the fleet's are the sum of its runs'
+    (``add``, field by field). Token and cost figures cover every model call; ``*_saved``
+    the model calls after the stopping one."""
 
-    run: str
-    file: str
-    line: int | None
-    format: str
-    part: int
-    steps: int
-    turns: int
-    nudge_step: int | None
-    nudges: int
-    stop_step: int | None
-    reason: str | None
-    tool: str | None
-    repeats: int | None
-    key: str | None
-    # Where the stopped call is in the trace ("file:line", or "file (messages[12])"), and the
-    # call itself, its arguments in canonical JSON clipped to ``CALL_PREVIEW`` characters;
-    # the guard's message (why it stopped).
-    stop_location: str | None
-    stop_call: str | None
-    stop_message: str | None
-    steps_saved: int
-    turns_saved: int
-    tokens_source: Source
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int
-    input_tokens_saved: int
-    output_tokens_saved: int
-    cost: float
-    cost_guarded: float
-    invalid_arguments: int
-    skipped_calls: int
+    steps: int = 0
+    steps_saved: int = 0
+    turns: int = 0
+    turns_saved: int = 0
+    nudges: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # Parts of input_tokens: read from, and written to, a prompt cache.
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    input_tokens_saved: int = 0
+    output_tokens_saved: int = 0
+    cost: float = 0.0
+    cost_guarded: float = 0.0
+    invalid_arguments: int = 0
+    skipped_calls: int = 0
     # Tool results linked to a call checked before the stop; results that matched no call.
     results: int = 0
     results_unlinked: int = 0
 
-    @property
-    def stopped(self) -> bool:
-        return self.stop_step is not None
-
-    @property
-    def looped(self) -> bool:
-        return self.reason == "loop_detected"
-
-    @property
-    def no_progress(self) -> bool:
-        return self.reason == "no_progress"
+    def add(self, other: Counts) -> None:
+        for name in _COUNT_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def cost_saved(self) -> float:
@@ -195,6 +183,69 @@ class RunResult:
     @property
     def tokens_saved(self) -> int:
         return self.input_tokens_saved + self.output_tokens_saved
+
+
+_COUNT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Counts))
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One run, replayed: where it is, what the guard did, and its ``counts`` (also read as
+    attributes: ``run.steps`` is ``run.counts.steps``)."""
+
+    run: str
+    file: str
+    line: int | None
+    format: str
+    part: int
+    counts: Counts
+    # The first nudge: its step and the tool it was on.
+    nudge_step: int | None = None
+    nudge_tool: str | None = None
+    stop_step: int | None = None
+    reason: str | None = None
+    tool: str | None = None
+    repeats: int | None = None
+    key: str | None = None
+    # Where the stopped call is in the trace ("file:line", or "file (messages[12])"), and the
+    # call itself, its arguments in canonical JSON clipped to ``CALL_PREVIEW`` characters;
+    # the guard's message (why it stopped).
+    stop_location: str | None = None
+    stop_call: str | None = None
+    stop_message: str | None = None
+    # The calls that led to the stop (the last ``window`` steps, the stop last): (step,
+    # action, ``tool {arguments}`` clipped).
+    stop_lead: tuple[tuple[int, str, str], ...] = ()
+    tokens_source: Source = "none"
+    # The guard's action on each step, one character (``ALLOW``, ``NUDGE``, ``STOP``,
+    # ``SAVED``), the first ``MAX_TIMELINE`` steps.
+    timeline: str = ""
+    # The model of the run's last model call that named one; the outcome the trace gives.
+    model: str | None = None
+    reward: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not fields: the counts'. ("counts" itself is
+        # missing only while pickle restores the object: no recursion then.)
+        if name == "counts" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.counts, name)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_step is not None
+
+    def lead(self) -> list[tuple[int, str, str]]:
+        """The calls that led to the stop: (step, action, ``tool {arguments}`` clipped)."""
+        return list(self.stop_lead)
+
+    @property
+    def looped(self) -> bool:
+        return self.reason == "loop_detected"
+
+    @property
+    def no_progress(self) -> bool:
+        return self.reason == "no_progress"
 
 
 @dataclass(slots=True)
@@ -213,40 +264,40 @@ class _Run:
     """A run being replayed."""
 
     __slots__ = (
-        "cached",
-        "cost",
-        "cost_guarded",
+        "counts",
         "file",
         "file_index",
         "format",
         "guard",
-        "in_saved",
-        "input",
-        "invalid",
+        "lead",
         "line",
+        "model",
         "name",
         "nudge_step",
-        "nudges",
-        "out_saved",
-        "output",
+        "nudge_tool",
         "part",
         "pending",
-        "results",
+        "reward",
         "seq",
-        "skipped",
         "source",
-        "steps",
         "stop",
         "stop_call",
+        "stop_lead",
         "stop_location",
+        "timeline",
         "transcript",
-        "turns",
-        "turns_saved",
-        "unlinked",
     )
 
     def __init__(
-        self, name: str, file: str, line: int | None, fmt: str, part: int, seq: int, index: int
+        self,
+        name: str,
+        file: str,
+        line: int | None,
+        fmt: str,
+        part: int,
+        seq: int,
+        index: int,
+        window: int,
     ) -> None:
         self.name = name
         self.seq = seq
@@ -256,40 +307,38 @@ class _Run:
         self.format = fmt
         self.part = part
         self.guard: tripwire.Guard | None = None
-        self.steps = 0
-        self.turns = 0
-        self.turns_saved = 0
+        self.counts = Counts()
         self.nudge_step: int | None = None
-        self.nudges = 0
+        self.nudge_tool: str | None = None
         self.stop: tripwire.Verdict | None = None
         self.stop_location: str | None = None
         self.stop_call: str | None = None
+        self.stop_lead: tuple[tuple[int, str, str], ...] = ()
         self.source: Source = "none"
-        self.input = self.output = self.cached = 0
-        self.in_saved = self.out_saved = 0
-        self.cost = self.cost_guarded = 0.0
         self.transcript = 0
-        self.invalid = 0
-        self.skipped = 0
+        self.model: str | None = None
+        self.reward: float | None = None
+        self.timeline = bytearray()
+        # The last steps checked: (step, action, call), for the calls that led to a stop.
+        self.lead: deque[tuple[int, str, Call]] = deque(maxlen=window)
         # Call id -> verdict of a call whose result has not come yet (created when needed).
         self.pending: dict[str, tripwire.Verdict] | None = None
-        self.results = 0
-        self.unlinked = 0
 
     def result(self) -> RunResult:
         stop = self.stop
-        stop_step = stop.step if stop is not None else None
+        counts = self.counts
+        if stop is not None:
+            counts.steps_saved = counts.steps - (stop.step - 1)
         return RunResult(
             run=self.name,
             file=self.file,
             line=self.line,
             format=self.format,
             part=self.part,
-            steps=self.steps,
-            turns=self.turns,
+            counts=counts,
             nudge_step=self.nudge_step,
-            nudges=self.nudges,
-            stop_step=stop_step,
+            nudge_tool=self.nudge_tool,
+            stop_step=stop.step if stop is not None else None,
             reason=stop.reason if stop is not None else None,
             tool=stop.tool if stop is not None else None,
             repeats=stop.repeats if stop is not None else None,
@@ -297,69 +346,54 @@ class _Run:
             stop_location=self.stop_location,
             stop_call=self.stop_call,
             stop_message=stop.message if stop is not None else None,
-            steps_saved=self.steps - (stop_step - 1) if stop_step is not None else 0,
-            turns_saved=self.turns_saved,
+            stop_lead=self.stop_lead,
             tokens_source=self.source,
-            input_tokens=self.input,
-            output_tokens=self.output,
-            cached_tokens=self.cached,
-            input_tokens_saved=self.in_saved,
-            output_tokens_saved=self.out_saved,
-            cost=self.cost,
-            cost_guarded=self.cost_guarded,
-            invalid_arguments=self.invalid,
-            skipped_calls=self.skipped,
-            results=self.results,
-            results_unlinked=self.unlinked,
+            timeline=self.timeline.decode("ascii"),
+            model=self.model,
+            reward=self.reward,
         )
 
 
 @dataclass(slots=True)
 class Totals:
-    """Fleet totals, summed as runs finish."""
+    """Fleet totals, summed as runs finish: the runs' ``counts`` and how many runs were
+    stopped, nudged, labelled. Read ``totals.steps`` for ``totals.counts.steps``."""
 
+    counts: Counts = field(default_factory=Counts)
     runs: int = 0
     stopped: int = 0
     looped: int = 0
     no_progress: int = 0
     nudged: int = 0
     nudged_only: int = 0
-    steps: int = 0
-    steps_saved: int = 0
-    turns: int = 0
-    turns_saved: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    input_tokens_saved: int = 0
-    output_tokens_saved: int = 0
-    cost: float = 0.0
-    cost_guarded: float = 0.0
     tokens_source: Source = "none"
-    results: int = 0
-    results_unlinked: int = 0
+    # Runs the trace gives an outcome (reward), of them successes (reward > 0), and the
+    # stopped ones among each: a stop on a run that succeeded is the guard's worst mistake.
+    labelled: int = 0
+    succeeded: int = 0
+    stopped_labelled: int = 0
+    stopped_succeeded: int = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "counts" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.counts, name)
 
     def add(self, run: RunResult) -> None:
+        counts = run.counts
+        self.counts.add(counts)
         self.runs += 1
         self.stopped += run.stopped
         self.looped += run.looped
         self.no_progress += run.no_progress
-        self.nudged += run.nudges > 0
-        self.nudged_only += run.nudges > 0 and run.stop_step is None
-        self.steps += run.steps
-        self.steps_saved += run.steps_saved
-        self.turns += run.turns
-        self.turns_saved += run.turns_saved
-        self.input_tokens += run.input_tokens
-        self.output_tokens += run.output_tokens
-        self.cached_tokens += run.cached_tokens
-        self.input_tokens_saved += run.input_tokens_saved
-        self.output_tokens_saved += run.output_tokens_saved
-        self.cost += run.cost
-        self.cost_guarded += run.cost_guarded
+        self.nudged += counts.nudges > 0
+        self.nudged_only += counts.nudges > 0 and run.stop_step is None
         self.tokens_source = combine(self.tokens_source, run.tokens_source)
-        self.results += run.results
-        self.results_unlinked += run.results_unlinked
+        if run.reward is not None:
+            self.labelled += 1
+            self.succeeded += run.reward > 0
+            self.stopped_labelled += run.stopped
+            self.stopped_succeeded += run.stopped and run.reward > 0
 
 
 class RunStore:
@@ -436,6 +470,7 @@ class Report:
     problems: list[Problem]
     problems_total: int
     split_runs: int = 0
+    models: dict[str | None, int] = field(default_factory=dict)
 
     @property
     def bad_input(self) -> bool:
@@ -465,6 +500,8 @@ class Fleet:
         self._files: dict[int, FileStats] = {}
         self._started = 0
         self.tools: dict[str, ToolStats] = {}
+        # Model calls per model named in the traces (None: not named), for the price note.
+        self.models: dict[str | None, int] = {}
         self.problems: list[Problem] = []
         self.problems_total = 0
         self.split_runs = 0
@@ -487,14 +524,19 @@ class Fleet:
         self._files[file_index] = stats
         path = stats.path
         open_runs = self._open
+        formats = stats.formats
+        turns = 0
         for event in events:
             if type(event) is Turn:
+                turns += 1
                 key = (file_index, event.run)
                 run = open_runs.get(key)
                 if run is None:
                     run = self._start(key, path, event)
                 else:
                     open_runs.move_to_end(key)
+                if event.format not in formats:
+                    formats.add(event.format)
                 self._turn(run, event, path)
             elif type(event) is Result:
                 if self._observe:
@@ -503,11 +545,14 @@ class Fleet:
                 if self._observe:
                     self._user_message(file_index, event)
             elif type(event) is Problem:
+                stats.problems += 1
                 self.problem(event)
             elif type(event) is RunEnd:
                 ended = open_runs.pop((file_index, event.run), None)
                 if ended is not None:
+                    ended.reward = event.reward
                     self._finish(ended)
+        stats.turns += turns
         self.close_file(file_index)
 
     def close_file(self, file_index: int) -> None:
@@ -524,9 +569,12 @@ class Fleet:
         part = self._evicted.pop(key, 0) + 1
         if part > 1:
             self.split_runs += 1
-        run = _Run(turn.run, path, turn.line, turn.format, part, self._started, key[0])
+        settings = self.settings
+        run = _Run(
+            turn.run, path, turn.line, turn.format, part, self._started, key[0], settings.window
+        )
         self._started += 1
-        run.guard = self.settings.guard()
+        run.guard = settings.guard()
         self._open[key] = run
         if len(self._open) > MAX_OPEN_RUNS:
             old_key, old = self._open.popitem(last=False)
@@ -539,6 +587,7 @@ class Fleet:
     def _finish(self, run: _Run) -> None:
         run.guard = None
         run.pending = None
+        run.lead.clear()
         result = run.result()
         self._runs.append(result)
         self._totals.add(result)
@@ -549,8 +598,8 @@ class Fleet:
             tool = self._tool(result.tool)
             tool.stops += 1
             tool.no_progress += result.no_progress
-            tool.steps_saved += result.steps_saved
-            tool.cost_saved += result.cost_saved
+            tool.steps_saved += result.counts.steps_saved
+            tool.cost_saved += result.counts.cost_saved
 
     def _tool(self, name: str) -> ToolStats:
         stats = self.tools.get(name)
@@ -562,12 +611,17 @@ class Fleet:
 
     def _turn(self, run: _Run, turn: Turn, path: str) -> None:
         ran = run.stop is None  # this model call was made, guard or no guard
+        counts = run.counts
         calls = turn.calls
         if calls:
             if ran:
                 self._check(run, turn, path)
             else:
-                run.steps += self._distinct(calls)
+                saved = self._distinct(run, turn, path)
+                counts.steps += saved
+                timeline = run.timeline
+                if len(timeline) < MAX_TIMELINE:
+                    timeline += SAVED.encode() * min(saved, MAX_TIMELINE - len(timeline))
         usage = turn.usage
         if usage is None:
             sent = run.transcript if turn.sent is None else turn.sent
@@ -579,79 +633,145 @@ class Fleet:
             run.transcript += turn.produced
         if run.source != source:
             run.source = combine(run.source, source)
-        cost = self._cost(usage)
-        run.turns += 1
-        run.input += usage.input
-        run.output += usage.output
-        run.cached += usage.cached
-        run.cost += cost
+        model = turn.model
+        if model is not None:
+            # Unnamed ones are counted at the end (all model calls less the named).
+            run.model = model
+            models = self.models
+            models[model] = models.get(model, 0) + 1
+        cost = self._cost(usage, model)
+        counts.turns += 1
+        counts.input_tokens += usage.input
+        counts.output_tokens += usage.output
+        counts.cached_tokens += usage.cached
+        counts.cache_write_tokens += usage.cache_write
+        counts.cost += cost
         if ran:
-            run.cost_guarded += cost
+            counts.cost_guarded += cost
         else:
-            run.turns_saved += 1
-            run.in_saved += usage.input
-            run.out_saved += usage.output
+            counts.turns_saved += 1
+            counts.input_tokens_saved += usage.input
+            counts.output_tokens_saved += usage.output
 
-    def _check(self, run: _Run, turn: Turn, path: str) -> None:
+    def _verdicts(self, run: _Run, turn: Turn, path: str) -> list[tuple[int, tripwire.Verdict]]:
+        """The guard's verdict on each call of the turn (index in the turn, verdict), the
+        calls it refused as bad input left out and reported."""
         guard = run.guard
         assert guard is not None
         calls = turn.calls
-        steps_before = run.steps
-        # (index of the call in the turn, its verdict, whether it is the first of its key).
-        verdicts: Sequence[tuple[int, tripwire.Verdict, bool]]
         try:
             if len(calls) == 1:
                 name, args, is_text = calls[0]
                 only = guard.check_json(name, args) if is_text else guard.check(name, args)
-                verdicts = ((0, only, True),)
-            else:
-                verdicts = self._check_turn(guard, calls)
-        except (RecursionError, TypeError, ValueError) as exc:
-            verdicts = self._check_each(run, guard, turn, path, exc)
-        for _, verdict, first in verdicts:
-            if not first:
+                return [(0, only)]
+            return list(enumerate(guard.check_turn([_as_checked(call) for call in calls])))
+        except (RecursionError, TypeError, ValueError):
+            pass
+        # The guard refused the turn as a whole (and counted nothing): find the calls it
+        # refuses, one at a time, by their keys alone, and check the rest as the turn.
+        good: list[int] = []
+        for index, (name, args, is_text) in enumerate(calls):
+            try:
+                if is_text:
+                    tripwire.call_key_json(name, args, volatile_keys=self._volatile)
+                else:
+                    tripwire.call_key(name, args, volatile_keys=self._volatile)
+            except ValueError as exc:
+                if is_text and not isinstance(exc, RecursionError):
+                    good.append(index)  # broken text: the guard keys it by the text itself
+                    continue
+                self._skip(run, turn, path, name, exc)
                 continue
+            except (RecursionError, TypeError) as exc:
+                self._skip(run, turn, path, name, exc)
+                continue
+            good.append(index)
+        if not good:
+            return []
+        checked = guard.check_turn([_as_checked(calls[index]) for index in good])
+        return list(zip(good, checked, strict=True))
+
+    def _skip(self, run: _Run, turn: Turn, path: str, name: str, exc: BaseException) -> None:
+        if run.stop is None:
+            run.counts.skipped_calls += 1
+            self.problem(Problem(path, turn.line, f"call to {name} skipped: {exc}", turn.where))
+
+    def _check(self, run: _Run, turn: Turn, path: str) -> None:
+        guard = run.guard
+        assert guard is not None
+        counts = run.counts
+        calls = turn.calls
+        verdicts = self._verdicts(run, turn, path)
+        timeline = run.timeline
+        lead = run.lead
+        for index, verdict in verdicts:
+            if verdict.duplicate_of is not None:
+                continue  # one action with an earlier call of the turn: counted once
             if verdict.invalid_arguments is not None:
-                run.invalid += 1
+                counts.invalid_arguments += 1
             action = verdict.action
+            if len(timeline) < MAX_TIMELINE:
+                timeline.append(_CODE[action])
+            lead.append((verdict.step, action, calls[index]))
             if action == "nudge":
-                run.nudges += 1
+                counts.nudges += 1
                 if run.nudge_step is None:
                     run.nudge_step = verdict.step
+                    run.nudge_tool = verdict.tool
                 self._tool(verdict.tool).nudges += 1
             elif action == "stop":
-                # Without the guard, the whole turn would have run, one step per distinct call.
-                run.stop = verdict
-                run.guard = None  # the run is over as far as the guard is concerned
-                run.pending = None
-                run.stop_location = location(path, turn.line, turn.where)
-                run.stop_call = _preview(verdict.tool, calls, verdict.key, self._volatile)
-                run.steps = steps_before + self._distinct(calls)
+                self._stopped(run, turn, path, verdict, index, verdicts)
                 return
-        run.steps = guard.steps
+        counts.steps = guard.steps
         ids = turn.call_ids
         if ids is not None and self._observe:
             self._await_results(run, ids, verdicts)
+
+    def _stopped(
+        self,
+        run: _Run,
+        turn: Turn,
+        path: str,
+        verdict: tripwire.Verdict,
+        index: int,
+        verdicts: Sequence[tuple[int, tripwire.Verdict]],
+    ) -> None:
+        """The guard stopped the run at this call. Without the guard the whole turn would
+        have run: one step per distinct call (the stopped guard's verdicts say which)."""
+        steps_before = run.counts.steps  # as the last turn left it
+        distinct = sum(1 for _, v in verdicts if v.duplicate_of is None)
+        run.counts.steps = steps_before + distinct
+        saved = sum(1 for i, v in verdicts if i > index and v.duplicate_of is None)
+        timeline = run.timeline
+        if len(timeline) < MAX_TIMELINE:
+            timeline += SAVED.encode() * min(saved, MAX_TIMELINE - len(timeline))
+        run.stop = verdict
+        run.pending = None
+        run.stop_location = location(path, turn.line, turn.where)
+        run.stop_call = _preview(turn.calls[index], self._volatile)
+        # Written out now, clipped: a few hundred bytes a run, where the calls as logged
+        # (their argument objects) would keep megabytes alive across a fleet.
+        run.stop_lead = tuple((step, action, lead_preview(call)) for step, action, call in run.lead)
+        run.lead.clear()
+
+    def _distinct(self, run: _Run, turn: Turn, path: str) -> int:
+        """Steps a turn after the stop would have taken: one per distinct call, as the
+        stopped guard's ``check_turn`` says (it answers with its stop and counts nothing)."""
+        if len(turn.calls) == 1:
+            return 1
+        return sum(1 for _, v in self._verdicts(run, turn, path) if v.duplicate_of is None)
 
     def _await_results(
         self,
         run: _Run,
         ids: list[str | None],
-        verdicts: Sequence[tuple[int, tripwire.Verdict, bool]],
+        verdicts: Sequence[tuple[int, tripwire.Verdict]],
     ) -> None:
         """Remembers the verdicts of the turn's calls that have ids, for their results."""
         pending = run.pending
         if pending is None:
             pending = run.pending = {}
-        if len(verdicts) == 1 and len(ids) == 1:  # the common case, quickly
-            call_id = ids[0]
-            if call_id is not None:
-                pending.pop(call_id, None)
-                pending[call_id] = verdicts[0][1]
-                if len(pending) > MAX_PENDING:
-                    del pending[next(iter(pending))]
-            return
-        for index, verdict, _ in verdicts:
+        for index, verdict in verdicts:
             call_id = ids[index] if index < len(ids) else None
             if call_id is None:
                 continue
@@ -673,9 +793,9 @@ class Fleet:
             return  # the run is over: what it did next is not replayed
         verdict = run.pending.pop(result.call_id, None) if run.pending else None
         if verdict is None:
-            run.unlinked += 1
+            run.counts.results_unlinked += 1
             return
-        run.results += 1
+        run.counts.results += 1
         if verdict.action != "allow":
             return
         guard = run.guard
@@ -691,96 +811,16 @@ class Fleet:
         if run is not None and run.stop is None and run.guard is not None:
             run.guard.user_message()
 
-    def _check_turn(
-        self, guard: tripwire.Guard, calls: list[Call]
-    ) -> list[tuple[int, tripwire.Verdict, bool]]:
-        prepared: list[tuple[str, Any]] = []
-        for name, args, is_text in calls:
-            if is_text:
-                try:
-                    args = json.loads(args)
-                except ValueError:
-                    return self._check_each_turn(guard, calls)
-            prepared.append((name, args))
-        verdicts = guard.check_turn(prepared)
-        return [(i, v, v.duplicate_of is None) for i, v in enumerate(verdicts)]
-
-    def _check_each_turn(
-        self, guard: tripwire.Guard, calls: list[Call]
-    ) -> list[tuple[int, tripwire.Verdict, bool]]:
-        """``check_turn``'s rule (identical calls of a turn are one action) applied call by
-        call, for a turn with arguments that are not valid JSON text."""
-        verdicts: list[tuple[int, tripwire.Verdict, bool]] = []
-        seen: dict[object, tripwire.Verdict] = {}
-        for index, call in enumerate(calls):
-            key = self._key(call)
-            first = seen.get(key)
-            if first is not None:
-                verdicts.append((index, first, False))
-                continue
-            name, args, is_text = call
-            verdict = guard.check_json(name, args) if is_text else guard.check(name, args)
-            seen[key] = verdict
-            verdicts.append((index, verdict, True))
-        return verdicts
-
-    def _check_each(
-        self, run: _Run, guard: tripwire.Guard, turn: Turn, path: str, error: BaseException
-    ) -> list[tuple[int, tripwire.Verdict, bool]]:
-        """A turn the guard refused as a whole: check its calls one at a time, skipping and
-        reporting the ones it refuses (a failed check leaves the guard as it was)."""
-        verdicts: list[tuple[int, tripwire.Verdict, bool]] = []
-        seen: dict[object, tripwire.Verdict] = {}
-        for index, (name, args, is_text) in enumerate(turn.calls):
-            try:
-                key = self._key((name, args, is_text))
-                first = seen.get(key)
-                if first is not None:
-                    verdicts.append((index, first, False))
-                    continue
-                verdict = guard.check_json(name, args) if is_text else guard.check(name, args)
-            except (RecursionError, TypeError, ValueError) as exc:
-                run.skipped += 1
-                self.problem(Problem(path, turn.line, f"call to {name} skipped: {exc}", turn.where))
-                continue
-            seen[key] = verdict
-            verdicts.append((index, verdict, True))
-            if verdict.action == "stop":
-                break
-        return verdicts
-
-    def _key(self, call: Call) -> object:
-        name, args, is_text = call
-        if is_text:
-            try:
-                return tripwire.call_key_json(name, args, volatile_keys=self._volatile)
-            except ValueError:
-                return ("invalid", name, " ".join(str(args).split()))
-        return tripwire.call_key(name, args, volatile_keys=self._volatile)
-
-    def _distinct(self, calls: Sequence[Call]) -> int:
-        """Steps a turn's calls take: one per distinct call key, as ``check_turn`` counts."""
-        if len(calls) == 1:
-            return 1
-        seen: set[object] = set()
-        count = 0
-        for call in calls:
-            try:
-                key = self._key(call)
-            except (RecursionError, TypeError, ValueError):
-                continue  # refused by the guard before the stop: not a step after it either
-            if key not in seen:
-                seen.add(key)
-                count += 1
-        return count
-
     # -- output -----------------------------------------------------------------------------
 
     def report(self, files: list[FileStats]) -> Report:
         for key in sorted(self._open, key=lambda k: self._open[k].seq):
             self._finish(self._open.pop(key))
-        self._totals.results_unlinked += self.orphan_results
+        self._totals.counts.results_unlinked += self.orphan_results
         self.orphan_results = 0
+        unnamed = self._totals.counts.turns - sum(self.models.values())
+        if unnamed:
+            self.models[None] = unnamed
         return Report(
             settings=self.settings,
             runs=self._runs,
@@ -790,29 +830,47 @@ class Fleet:
             problems=self.problems,
             problems_total=self.problems_total,
             split_runs=self.split_runs,
+            models=self.models,
         )
 
 
-def _preview(
-    tool: str, calls: Sequence[Call], key: str, volatile: frozenset[str] | None
-) -> str | None:
-    """The stopped call as ``tool {canonical args}``, clipped: what the run was stuck on."""
-    for name, args, is_text in calls:
-        if name != tool:
-            continue
+def _as_checked(call: Call) -> tuple[str, Any]:
+    """A call as ``check_turn`` takes it: text is JSON text; a free-text input (a custom
+    tool's, keyed as a string) is written as the JSON string it is."""
+    name, args, is_text = call
+    if not is_text and isinstance(args, (str, bytes, bytearray)):
+        args = json.dumps(args if isinstance(args, str) else args.decode("utf-8", "replace"))
+    return (name, args)
+
+
+def lead_preview(call: Call) -> str:
+    """A call as logged, clipped: cheaper than ``_preview`` (no canonical form), for the
+    calls before a stop, which are many across a fleet."""
+    name, args, is_text = call
+    if is_text:
+        text = " ".join(str(args).split())
+    else:
         try:
-            value = json.loads(args) if is_text else args
-            if tripwire.call_key(name, value, volatile_keys=volatile) != key:
-                continue
-            text = tripwire.canonical_json(name, value, volatile_keys=volatile).decode()
-            text = json.dumps(json.loads(text)["args"], ensure_ascii=False, separators=(",", ":"))
-        except (ValueError, TypeError, RecursionError, UnicodeDecodeError):
+            text = json.dumps(args, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
             text = " ".join(str(args).split())
-        preview = f"{name} {text}"
-        if len(preview) > CALL_PREVIEW:
-            preview = preview[: CALL_PREVIEW - 1] + "…"
-        return preview
-    return None
+    preview = f"{name} {text}"
+    return preview if len(preview) <= CALL_PREVIEW else preview[: CALL_PREVIEW - 1] + "…"
+
+
+def _preview(call: Call, volatile: frozenset[str] | None) -> str | None:
+    """A call as ``tool {canonical args}``, clipped: what the run was stuck on."""
+    name, args, is_text = call
+    try:
+        value = json.loads(args) if is_text else args
+        text = tripwire.canonical_json(name, value, volatile_keys=volatile).decode()
+        text = json.dumps(json.loads(text)["args"], ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError, UnicodeDecodeError):
+        text = " ".join(str(args).split())
+    preview = f"{name} {text}"
+    if len(preview) > CALL_PREVIEW:
+        preview = preview[: CALL_PREVIEW - 1] + "…"
+    return preview
 
 
 STDIN: Final = "-"
@@ -848,14 +906,22 @@ def replay(
             results=fleet.settings.observe,
         )
         fleet.feed(index, stats, reader)
+        if not stats.turns and not stats.problems and not stats.unreadable:
+            fleet.problem(Problem(label, None, _nothing_read(stats)))
     return fleet.report(files)
 
 
-TRACE_SUFFIXES: Final = (".json", ".jsonl", ".ndjson")
+def _nothing_read(stats: FileStats) -> str:
+    """Why a file that raised no problem gave no run: it must not add nothing in silence."""
+    if not stats.lines and not stats.formats:
+        return "empty: no runs read"
+    found = f" ({', '.join(sorted(stats.formats))} records)" if stats.formats else ""
+    return f"no model calls found{found}; no runs read"
 
 
 def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
     """The paths, with each directory replaced by the trace files under it, in name order."""
+    suffixes = trace_suffixes()
     for path in paths:
         if path == STDIN or not os.path.isdir(path):
             yield path
@@ -867,14 +933,15 @@ def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
         for root, dirs, names in os.walk(path, onerror=unlisted.append):
             dirs.sort()
             for name in sorted(names):
-                if name.removesuffix(".gz").endswith(TRACE_SUFFIXES):
+                if name.removesuffix(".gz").endswith(suffixes):
                     found = True
                     yield os.path.join(root, name)
         for exc in unlisted:
             where = exc.filename if isinstance(exc.filename, str) else path
             fleet.problem(Problem(where, None, f"cannot list directory: {exc.strerror or exc}"))
         if not found and not unlisted:
-            fleet.problem(Problem(path, None, "no *.json, *.jsonl or *.ndjson files in directory"))
+            wanted = ", ".join(f"*{suffix}" for suffix in suffixes)
+            fleet.problem(Problem(path, None, f"no trace files ({wanted}) in directory"))
 
 
 def _bind(tick: Callable[[FileStats, int], None], stats: FileStats) -> Callable[[int], None]:
