@@ -409,6 +409,10 @@ struct Walker<'a, 'py> {
     entries: Vec<(*mut ffi::PyObject, *mut ffi::PyObject)>,
     /// The first this many entries hold a reference of the walk's own ([`Walker::pin_entries`]).
     pinned: usize,
+    /// Strings' whitespace collapsed (the key contract); `false` for the guard's verbatim
+    /// keys of the tools that see their arguments' whitespace (the reference's
+    /// `verbatim_key`).
+    collapse: bool,
 }
 
 impl<'py> Walker<'_, 'py> {
@@ -444,7 +448,11 @@ impl<'py> Walker<'_, 'py> {
         if std::ptr::eq(ty, &raw mut ffi::PyUnicode_Type) {
             // SAFETY: exact str, checked above.
             let text = unsafe { obj.cast_unchecked::<PyString>() };
-            canon::write_collapsed_str(&mut self.out, text_of(text)?);
+            if self.collapse {
+                canon::write_collapsed_str(&mut self.out, text_of(text)?);
+            } else {
+                canon::write_str(&mut self.out, text_of(text)?);
+            }
         } else if std::ptr::eq(ty, &raw mut ffi::PyDict_Type) {
             // SAFETY: exact dict, checked above.
             self.dict(unsafe { obj.cast_unchecked::<PyDict>() }, depth)?;
@@ -643,6 +651,7 @@ impl<'py> Walker<'_, 'py> {
             obj,
             self.volatile.set.bind(self.py),
             depth,
+            self.collapse,
         ))?;
         self.deferred.push(Deferred {
             at: self.out.len(),
@@ -694,7 +703,15 @@ pub fn canonical_bytes(
     args: &Bound<'_, PyAny>,
     volatile: &VolatileKeys,
 ) -> PyResult<Vec<u8>> {
-    write_canonical(py, name, args, volatile, Vec::with_capacity(128), None)
+    write_canonical(
+        py,
+        name,
+        args,
+        volatile,
+        Vec::with_capacity(128),
+        None,
+        true,
+    )
 }
 
 thread_local! {
@@ -749,8 +766,26 @@ pub fn canonical_key(
     volatile: &VolatileKeys,
 ) -> PyResult<Key> {
     key_with_progress(|buffer, progress| {
-        write_canonical(py, name, args, volatile, buffer, Some(progress))
+        write_canonical(py, name, args, volatile, buffer, Some(progress), true)
     })
+}
+
+/// The guard's key of a call whose strings keep their whitespace (the reference's
+/// `verbatim_key`: code, patches, file contents); `None` where the volatile set holds other
+/// than exact `str`s, which only the reference walks.
+pub fn verbatim_key(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    args: &Bound<'_, PyAny>,
+    volatile: &VolatileKeys,
+) -> PyResult<Option<Key>> {
+    if !volatile.only_exact_str {
+        return Ok(None);
+    }
+    key_with_progress(|buffer, progress| {
+        write_canonical(py, name, args, volatile, buffer, Some(progress), false)
+    })
+    .map(Some)
 }
 
 fn write_canonical(
@@ -760,6 +795,7 @@ fn write_canonical(
     volatile: &VolatileKeys,
     out: Vec<u8>,
     hashing: Option<&mut Progress>,
+    collapse: bool,
 ) -> PyResult<Vec<u8>> {
     let name = check_name(name)?;
     if !volatile.only_exact_str {
@@ -784,6 +820,7 @@ fn write_canonical(
         hashing,
         entries: ENTRIES.with(|e| e.take()),
         pinned: 0,
+        collapse,
     };
     walker.out.extend_from_slice(b"{\"args\":");
     let walked = walker.value(args, 0).and_then(|()| {

@@ -619,8 +619,15 @@ impl Guard {
                 }
             }
         } else if keep {
-            let helper = &guard_helpers(py)?.verbatim_key;
-            (self.verbatim_key(py, helper, name, args)?, None)
+            let native = crate::py_canon::verbatim_key(py, name, args, &self.config.volatile)?;
+            let key = match native {
+                Some(key) => key,
+                None => {
+                    let helper = &guard_helpers(py)?.verbatim_key;
+                    self.verbatim_key(py, helper, name, args)?
+                }
+            };
+            (key, None)
         } else {
             (canonical_key(py, name, args, &self.config.volatile)?, None)
         };

@@ -23,7 +23,9 @@ import hypothesis.strategies as st
 import pytest
 from _guards import NATIVE, NO_NATIVE, REFERENCE, VERDICT_FIELDS, deep_args, outcome, state
 from hypothesis import HealthCheck, event, settings
+from hypothesis import given as hypothesis_given
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from tripwire.testing import json_values
 
 pytestmark = pytest.mark.skipif(NATIVE is None, reason=NO_NATIVE)
 
@@ -582,3 +584,28 @@ GuardParity.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestGuardParity = GuardParity.TestCase
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+@settings(max_examples=300 * _scale(), deadline=None)
+@hypothesis_given(args=json_values())
+def test_verbatim_keys_agree(args: Any, as_text: bool) -> None:
+    """The key of a tool whose arguments keep their whitespace (issue 16), on the values
+    that are hard for keys: every whitespace character, lone surrogates, deep nesting."""
+    tools = {"patch": {"policy": "write", "whitespace": "keep"}}
+    assert NATIVE is not None
+    native, reference = NATIVE.Guard(tools=tools), REFERENCE.Guard(tools=tools)
+    if as_text:
+        try:
+            text = json.dumps(args)
+        except (ValueError, RecursionError):
+            return
+        calls = (lambda g: g.check_json("patch", text), lambda g: g.check_json("patch", text))
+    else:
+        calls = (lambda g: g.check("patch", args), lambda g: g.check("patch", args))
+    got = outcome(calls[0], native), outcome(calls[1], reference)
+    if got[0][0] == "ok" and got[1][0] == "ok":
+        assert got[0][1].key == got[1][1].key
+        assert got[0][1].invalid_arguments == got[1][1].invalid_arguments
+    else:
+        assert got[0][0] == got[1][0]
