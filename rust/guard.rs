@@ -11,6 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use smallvec::SmallVec;
+
 use crate::key::Key;
 
 /// How many recent call ids a guard remembers, so a retried delivery gets its first answer.
@@ -245,14 +247,70 @@ impl Hasher for Fnv {
 /// A map keyed by tool names.
 pub type NameMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<Fnv>>;
 
+/// A hash for call ids, eight bytes at a time, each word mixed in with a folded 64x64->128
+/// multiply (as foldhash and wyhash do), so every input bit reaches every output bit. It is
+/// not keyed: ids come from the model, so someone could choose ids that collide. That costs
+/// little here: the call-id memory holds at most [`CALL_ID_MEMORY`] ids, so a lookup among
+/// ids that all collide compares at most 128 of them (about a microsecond), and a collision
+/// is only ever slower, never wrong (the map compares the ids themselves). SipHash, the
+/// default, was a tenth of a restore's time (128 ids hashed on every `load`).
+#[derive(Default)]
+pub struct IdHash(u64);
+
+impl IdHash {
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        let product = u128::from(self.0 ^ word) * u128::from(0x9e37_79b9_7f4a_7c15u64);
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
+    }
+}
+
+impl Hasher for IdHash {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut array = [0u8; 8];
+            array.copy_from_slice(word);
+            self.mix(u64::from_le_bytes(array));
+        }
+        let tail = words.remainder();
+        if !tail.is_empty() {
+            // Zero-padded: the length, hashed first (`write_usize`), tells "a" from "a\0".
+            let mut array = [0u8; 8];
+            array[..tail.len()].copy_from_slice(tail);
+            self.mix(u64::from_le_bytes(array));
+        }
+    }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        // A seed in the first word: a zero state would stay zero over zero words.
+        self.mix(n as u64 ^ 0x243f_6a88_85a3_08d3);
+    }
+}
+
+/// A call id as the call-id memory keeps it: inline up to 32 bytes (OpenAI's `call_...`
+/// and Anthropic's `toolu_...` ids are about 30), so remembering one, or restoring 128 of
+/// them, allocates nothing per id; the map and the order each hold a copy.
+pub type CallId = SmallVec<[u8; 32]>;
+
+/// The call-id memory's map ([`IdHash`]).
+pub(crate) type CallIdMap<V> = HashMap<CallId, Remembered<V>, BuildHasherDefault<IdHash>>;
+
 /// One run's state. Nothing is allocated until the first call.
 pub struct RunState<V, R, N> {
     pub(crate) window: VecDeque<Entry>,
     pub(crate) steps: u64,
     pub(crate) stopped: Option<V>,
     /// The verdict given to each recent call id (the reference's `_Remembered`).
-    pub(crate) by_call_id: HashMap<Box<[u8]>, Remembered<V>>,
-    pub(crate) call_id_order: VecDeque<Box<[u8]>>,
+    pub(crate) by_call_id: CallIdMap<V>,
+    pub(crate) call_id_order: VecDeque<CallId>,
     pub(crate) cache: HashMap<Key, R>,
     pub(crate) cache_order: VecDeque<Key>,
     /// Checks of each poll tool's call so far this run (not only in the window).
@@ -281,7 +339,7 @@ impl<V, R, N> Default for RunState<V, R, N> {
             window: VecDeque::new(),
             steps: 0,
             stopped: None,
-            by_call_id: HashMap::new(),
+            by_call_id: CallIdMap::default(),
             call_id_order: VecDeque::new(),
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
@@ -766,7 +824,7 @@ impl<V, R, N> RunState<V, R, N> {
             released.verdicts.push(old.verdict);
             self.call_id_order.retain(|id| **id != *call_id);
         }
-        let id: Box<[u8]> = call_id.into();
+        let id = CallId::from_slice(call_id);
         let remembered = Remembered {
             key,
             step,
@@ -1158,6 +1216,32 @@ mod tests {
         assert!(state.retried(newest.as_bytes(), 9));
         // The same id on another call is not a retried delivery.
         assert!(!state.retried(newest.as_bytes(), 8));
+    }
+
+    #[test]
+    fn call_id_hashes_spread() {
+        use std::hash::BuildHasher;
+        let hash = |id: &[u8]| BuildHasherDefault::<IdHash>::default().hash_one(id);
+        // Ids that differ in one byte anywhere (the last of a word, a tail, the length)
+        // differ in the low bits a table indexes by.
+        let mut seen = std::collections::HashSet::new();
+        for len in [1usize, 7, 8, 9, 16, 29, 32] {
+            for at in 0..len {
+                for byte in [b'0', b'1', b'z'] {
+                    let mut id = vec![b'a'; len];
+                    id[at] = byte;
+                    seen.insert((id.clone(), hash(&id) & 0xfff));
+                }
+            }
+        }
+        let distinct: std::collections::HashSet<_> = seen.iter().map(|(_, h)| *h).collect();
+        assert!(
+            distinct.len() * 10 >= seen.len() * 8,
+            "{} of {}",
+            distinct.len(),
+            seen.len()
+        );
+        assert_ne!(hash(b"a"), hash(b"a\0"));
     }
 
     #[test]

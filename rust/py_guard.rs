@@ -35,10 +35,20 @@ pub(crate) enum Stored {
     /// restores the run on every check; a retried delivery is rare). Never one with a
     /// cached result: those are read whole, so that a bad one fails the restore.
     Encoded {
-        bytes: Box<[u8]>,
+        bytes: VerdictBytes,
         step: u64,
     },
 }
+
+/// A remembered verdict's bytes: inline up to 96 (a verdict with a 30-byte call id and a
+/// short tool name is about 60), so a restore allocates nothing per verdict.
+pub(crate) type VerdictBytes = SmallVec<[u8; 96]>;
+
+// Inline, and no bigger for it: the bytes fit where a live verdict's fields are.
+const _: () = assert!(
+    std::mem::size_of::<VerdictBytes>() + 8 <= std::mem::size_of::<Verdict>(),
+    "Stored::Encoded makes Stored bigger"
+);
 
 impl Stored {
     /// The verdict, as a new object with the same fields.

@@ -15,11 +15,12 @@ use sha2::{Digest, Sha256};
 use crate::key::Key;
 use crate::py_canon::{ascii_of, wtf8_of, VolatileKeys};
 use crate::py_guard::{
-    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictDetail,
+    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictBytes,
+    VerdictDetail,
 };
 use crate::snapshot::{
-    frame, unframe, write_cache, Decode, DetailData, Encode, Reader, SnapshotError, VerdictData,
-    Writer, FULL, H_CACHED, STATE_ONLY,
+    check_verdict, frame_end, frame_start, unframe, write_cache, Decode, DetailData, Encode,
+    Reader, SnapshotError, VerdictData, Writer, FULL, H_CACHED, STATE_ONLY,
 };
 
 /// The reference's side of snapshots: the error class both backends raise, the
@@ -302,7 +303,7 @@ fn json_text(py: Python<'_>, result: &Py<PyAny>) -> PyResult<Option<Vec<u8>>> {
         .extract()
 }
 
-/// The state's bytes with the verdicts' cached results put in (those that are JSON values).
+/// The snapshot so far with the verdicts' cached results put in (those that are JSON values).
 fn with_cached(
     py: Python<'_>,
     state: Vec<u8>,
@@ -336,8 +337,11 @@ pub(crate) fn snapshot<'py>(
     state_only: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (config, digest) = guard.config.written(py)?;
-    let mut out = Writer {
-        out: Vec::with_capacity(1024),
+    // The state is written after the header, in place (`write_snapshot` makes room).
+    let mut out = if state_only {
+        frame_start(STATE_ONLY, digest, 0)
+    } else {
+        frame_start(FULL, config, 0)
     };
     let mut encoder = Encoder {
         py,
@@ -355,7 +359,7 @@ pub(crate) fn snapshot<'py>(
     if let Some(err) = encoder.error {
         return Err(err);
     }
-    let mut state = with_cached(py, out.out, encoder.pending)?;
+    let state = with_cached(py, out.out, encoder.pending)?;
     let mut kept = Vec::with_capacity(cached.len());
     for (key, result) in &cached {
         if let Some(json) = json_text(py, result)? {
@@ -364,13 +368,7 @@ pub(crate) fn snapshot<'py>(
     }
     let mut tail = Writer { out: state };
     write_cache(&mut tail, &kept);
-    state = tail.out;
-    let bytes = if state_only {
-        frame(STATE_ONLY, digest, &state)
-    } else {
-        frame(FULL, config, &state)
-    };
-    Ok(PyBytes::new(py, &bytes))
+    Ok(PyBytes::new(py, &frame_end(tail)))
 }
 
 /// Reads a state back into Python objects; texts met twice (tool names) are made once.
@@ -444,16 +442,15 @@ impl Decode<Stored, Py<PyAny>, Py<PyString>> for Decoder<'_> {
     }
 
     fn read_verdict(&mut self, reader: &mut Reader<'_>) -> crate::snapshot::Result<Stored> {
-        let start = reader.position();
-        let data = VerdictData::read(reader)?;
-        if data.cached.is_some() {
-            return self.live(data).map(Stored::Live);
+        if reader.peek().is_some_and(|head| head & H_CACHED != 0) {
+            return self.live(VerdictData::read(reader)?).map(Stored::Live);
         }
-        // Read (so checked) but kept as bytes: see `Stored::Encoded`.
-        let bytes = reader.since(start).into();
+        // Checked, and kept as bytes: see `Stored::Encoded`.
+        let start = reader.position();
+        let step = check_verdict(reader)?;
         Ok(Stored::Encoded {
-            bytes,
-            step: data.step,
+            bytes: VerdictBytes::from_slice(reader.since(start)),
+            step,
         })
     }
 

@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 
-use crate::guard::{Action, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY};
+use crate::guard::{
+    Action, CallId, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
+};
 use crate::key::Key;
 
 pub const MAGIC: &[u8; 4] = b"TWGS";
@@ -41,11 +43,19 @@ pub struct SnapshotError(pub String);
 
 pub type Result<T> = std::result::Result<T, SnapshotError>;
 
+#[cold]
+#[inline(never)]
 fn fail<T>(why: impl Into<String>) -> Result<T> {
     Err(SnapshotError(format!(
         "not a tripwire guard snapshot: {}",
         why.into()
     )))
+}
+
+#[cold]
+#[inline(never)]
+fn truncated<T>() -> Result<T> {
+    fail("truncated")
 }
 
 /// Appends the format's primitives.
@@ -55,6 +65,7 @@ pub struct Writer {
 }
 
 impl Writer {
+    #[inline]
     pub fn varint(&mut self, mut value: u64) {
         while value >= 0x80 {
             self.out.push((value as u8 & 0x7f) | 0x80);
@@ -63,64 +74,85 @@ impl Writer {
         self.out.push(value as u8);
     }
 
+    #[inline]
     pub fn u8(&mut self, value: u8) {
         self.out.push(value);
     }
 
+    #[inline]
     pub fn key(&mut self, key: Key) {
         self.out.extend_from_slice(&key.to_be_bytes());
     }
 
     /// Bytes written before and read back whole ([`Reader::since`]), as they are.
+    #[inline]
     pub fn raw(&mut self, bytes: &[u8]) {
         self.out.extend_from_slice(bytes);
     }
 
     /// Length-prefixed bytes (texts are WTF-8: UTF-8 with lone surrogates in 3 bytes).
+    #[inline]
     pub fn bytes(&mut self, bytes: &[u8]) {
         self.varint(bytes.len() as u64);
         self.out.extend_from_slice(bytes);
     }
 }
 
-/// Reads the format's primitives, each checked.
+/// Reads the format's primitives, each checked. It keeps the bytes not yet read as a slice,
+/// so each read is one length check (no position to check against the length again).
 pub struct Reader<'a> {
     data: &'a [u8],
-    pos: usize,
+    rest: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
     pub fn new(data: &'a [u8]) -> Self {
-        Reader { data, pos: 0 }
+        Reader { data, rest: data }
     }
 
+    #[inline]
     pub fn remaining(&self) -> usize {
-        self.data.len() - self.pos
+        self.rest.len()
     }
 
     /// Where the next read starts.
+    #[inline]
     pub fn position(&self) -> usize {
-        self.pos
+        self.data.len() - self.rest.len()
     }
 
     /// The bytes read since `start` (a [`Reader::position`]).
+    #[inline]
     pub fn since(&self, start: usize) -> &'a [u8] {
-        &self.data[start.min(self.pos)..self.pos]
+        let end = self.position();
+        &self.data[start.min(end)..end]
     }
 
+    #[inline]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if n > self.remaining() {
-            return fail("truncated");
-        }
-        let chunk = &self.data[self.pos..self.pos + n];
-        self.pos += n;
+        let Some((chunk, rest)) = self.rest.split_at_checked(n) else {
+            return truncated();
+        };
+        self.rest = rest;
         Ok(chunk)
     }
 
-    pub fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+    /// The next byte, not read.
+    #[inline]
+    pub fn peek(&self) -> Option<u8> {
+        self.rest.first().copied()
     }
 
+    #[inline]
+    pub fn u8(&mut self) -> Result<u8> {
+        let Some((&byte, rest)) = self.rest.split_first() else {
+            return truncated();
+        };
+        self.rest = rest;
+        Ok(byte)
+    }
+
+    #[inline]
     pub fn flag(&mut self) -> Result<bool> {
         match self.u8()? {
             0 => Ok(false),
@@ -130,7 +162,20 @@ impl<'a> Reader<'a> {
     }
 
     /// A minimal LEB128 number of at most 10 bytes, no more than `limit`.
+    #[inline]
     pub fn varint_max(&mut self, limit: u64) -> Result<u64> {
+        // Nearly every number in a snapshot is one byte: lengths, counts, flags' neighbours.
+        if let Some((&byte, rest)) = self.rest.split_first() {
+            if byte < 0x80 && u64::from(byte) <= limit {
+                self.rest = rest;
+                return Ok(u64::from(byte));
+            }
+        }
+        self.varint_long(limit)
+    }
+
+    #[inline(never)]
+    fn varint_long(&mut self, limit: u64) -> Result<u64> {
         let mut value: u64 = 0;
         for i in 0..10 {
             let byte = self.u8()?;
@@ -153,32 +198,40 @@ impl<'a> Reader<'a> {
         fail("a number is longer than 10 bytes")
     }
 
+    #[inline]
     pub fn varint(&mut self) -> Result<u64> {
         self.varint_max(u64::MAX)
     }
 
+    #[inline]
     pub fn u32(&mut self) -> Result<u32> {
         Ok(self.varint_max(u64::from(u32::MAX))? as u32)
     }
 
     /// A count of items, each at least a byte long, so never more than the bytes left.
+    #[inline]
     pub fn count(&mut self, limit: usize) -> Result<usize> {
         let limit = limit.min(self.remaining());
         Ok(self.varint_max(limit as u64)? as usize)
     }
 
+    #[inline]
     pub fn key(&mut self) -> Result<Key> {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(self.take(8)?);
-        Ok(u64::from_be_bytes(bytes))
+        let Some((bytes, rest)) = self.rest.split_first_chunk::<8>() else {
+            return truncated();
+        };
+        self.rest = rest;
+        Ok(u64::from_be_bytes(*bytes))
     }
 
+    #[inline]
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
         let len = self.count(usize::MAX)?;
         self.take(len)
     }
 
     /// A text: WTF-8, as Python's "surrogatepass" writes a str.
+    #[inline]
     pub fn text(&mut self) -> Result<&'a [u8]> {
         let bytes = self.bytes()?;
         if !is_wtf8(bytes) {
@@ -190,7 +243,13 @@ impl<'a> Reader<'a> {
 
 /// True for UTF-8 that may hold lone surrogates in their 3-byte form (what Python's
 /// "surrogatepass" decodes): the code points of any Python str, and nothing else.
+#[inline]
 pub fn is_wtf8(bytes: &[u8]) -> bool {
+    // Tool names and call ids are ASCII: a word-at-a-time check, inlined.
+    bytes.is_ascii() || is_wtf8_beyond_ascii(bytes)
+}
+
+fn is_wtf8_beyond_ascii(bytes: &[u8]) -> bool {
     if std::str::from_utf8(bytes).is_ok() {
         return true;
     }
@@ -229,8 +288,16 @@ fn crc(bytes: &[u8]) -> [u8; 4] {
 /// The whole snapshot: header, the configuration (`FULL`) or its digest (`STATE_ONLY`),
 /// the state, the checksum.
 pub fn frame(kind: u8, head: &[u8], state: &[u8]) -> Vec<u8> {
+    let mut out = frame_start(kind, head, state.len());
+    out.raw(state);
+    frame_end(out)
+}
+
+/// A snapshot's header and configuration (or digest), for the state to be written after
+/// it in place, with room for `state` bytes of it; [`frame_end`] adds the checksum.
+pub fn frame_start(kind: u8, head: &[u8], state: usize) -> Writer {
     let mut out = Writer {
-        out: Vec::with_capacity(state.len() + head.len() + 20),
+        out: Vec::with_capacity(state + head.len() + 20),
     };
     out.out.extend_from_slice(MAGIC);
     out.u8(VERSION);
@@ -240,7 +307,11 @@ pub fn frame(kind: u8, head: &[u8], state: &[u8]) -> Vec<u8> {
     } else {
         out.out.extend_from_slice(head);
     }
-    out.out.extend_from_slice(state);
+    out
+}
+
+/// The snapshot begun by [`frame_start`], its state written: the checksum appended.
+pub fn frame_end(mut out: Writer) -> Vec<u8> {
     let sum = crc(&out.out);
     out.out.extend_from_slice(&sum);
     out.out
@@ -262,7 +333,10 @@ pub fn unframe(data: &[u8]) -> Result<(u8, &[u8], Reader<'_>)> {
     if crc(body) != sum {
         return fail("its checksum does not match (corrupt or truncated)");
     }
-    let mut reader = Reader { data: body, pos: 6 };
+    let mut reader = Reader {
+        data: body,
+        rest: &body[6..],
+    };
     let head = match data[5] {
         FULL => reader.bytes()?,
         STATE_ONLY => reader.take(8)?,
@@ -445,6 +519,73 @@ impl<'a> VerdictData<&'a [u8]> {
     }
 }
 
+/// Reads a verdict without cached result for its checks only, building nothing: what
+/// [`VerdictData::read`] accepts, with the same errors. Returns its step.
+pub fn check_verdict(reader: &mut Reader<'_>) -> Result<u64> {
+    let head = reader.u8()?;
+    if head & 3 == 3 {
+        return fail("an unknown action");
+    }
+    reader.text()?;
+    reader.key()?;
+    reader.u32()?;
+    let step = reader.varint()?;
+    if head & H_CACHED != 0 {
+        reader.bytes()?;
+    }
+    if head & H_CALL_ID != 0 {
+        reader.text()?;
+    }
+    if head & H_DUPLICATE != 0 {
+        reader.u32()?;
+    }
+    if head & H_INVALID != 0 {
+        reader.text()?;
+    }
+    check_detail(reader, false)?;
+    Ok(step)
+}
+
+fn check_names(reader: &mut Reader<'_>) -> Result<()> {
+    let n = reader.count(usize::MAX)?;
+    for _ in 0..n {
+        reader.text()?;
+    }
+    Ok(())
+}
+
+fn check_detail(reader: &mut Reader<'_>, nested: bool) -> Result<()> {
+    match reader.u8()? {
+        0 | 1 => {}
+        2 => {
+            reader.text()?;
+            reader.u32()?;
+        }
+        3 => {
+            reader.u32()?;
+            reader.text()?;
+        }
+        4 => {
+            reader.u32()?;
+            check_names(reader)?;
+        }
+        5 => {
+            check_names(reader)?;
+            reader.flag()?;
+        }
+        6 => {
+            reader.varint()?;
+        }
+        7 if !nested => {
+            reader.text()?;
+            reader.u32()?;
+            check_detail(reader, true)?;
+        }
+        tag => return fail(format!("detail tag {tag}")),
+    }
+    Ok(())
+}
+
 fn read_names<'a>(reader: &mut Reader<'a>) -> Result<Vec<&'a [u8]>> {
     let n = reader.count(usize::MAX)?;
     (0..n).map(|_| reader.text()).collect()
@@ -502,6 +643,10 @@ pub fn write_cache(out: &mut Writer, kept: &[(Key, Vec<u8>)]) {
 impl<V, R, N> RunState<V, R, N> {
     /// Writes the run state (the format's `state`) up to its cache ([`write_cache`]).
     pub fn write_snapshot(&self, out: &mut Writer, codec: &mut impl Encode<V, N>) {
+        // Room for the usual sizes (an entry about 30 bytes, a call id and its verdict
+        // about 60), so a full guard's state is written without growing the buffer.
+        out.out
+            .reserve(64 + 40 * self.window.len() + 72 * self.call_id_order.len());
         out.varint(self.steps);
         out.varint(u64::from(self.turn));
         out.varint(self.window.len() as u64);
@@ -629,23 +774,21 @@ impl<V, R, N> RunState<V, R, N> {
         state.by_call_id.reserve(ids);
         state.call_id_order.reserve_exact(ids);
         for _ in 0..ids {
-            let id: Box<[u8]> = reader.text()?.into();
+            let id = CallId::from_slice(reader.text()?);
             let key = reader.key()?;
             let answered = reader.flag()?;
             let verdict = codec.read_verdict(reader)?;
             let step = codec.verdict_step(&verdict);
-            if state.by_call_id.contains_key(&id) {
+            let remembered = Remembered {
+                key,
+                step,
+                verdict,
+                answered,
+            };
+            // One hash for the check and the insertion: the state is dropped on failure.
+            if state.by_call_id.insert(id.clone(), remembered).is_some() {
                 return fail("a call id twice");
             }
-            state.by_call_id.insert(
-                id.clone(),
-                Remembered {
-                    key,
-                    step,
-                    verdict,
-                    answered,
-                },
-            );
             state.call_id_order.push_back(id);
         }
         state.polls = read_counts(reader)?;
@@ -916,6 +1059,43 @@ mod tests {
         let mut flipped = data.clone();
         flipped[20] ^= 1;
         assert!(why(&flipped).contains("checksum"));
+    }
+
+    #[test]
+    fn checking_a_verdict_accepts_what_reading_it_does() {
+        let mut written = Writer::default();
+        let mut with_texts = verdict(9, b"call_1");
+        with_texts.invalid_arguments = Some(b"{bad".to_vec());
+        with_texts.duplicate_of = Some(3);
+        with_texts.detail = DetailData::After(
+            b"t".to_vec(),
+            2,
+            Box::new(DetailData::Failed(b"Error: \xed\xa0\x80".to_vec(), 4)),
+        );
+        with_texts.write(&mut written);
+        verdict(300, b"x").write(&mut written);
+        let data = written.out;
+        let both = |bytes: &[u8]| {
+            let (mut a, mut b) = (Reader::new(bytes), Reader::new(bytes));
+            let read = VerdictData::read(&mut a).map(|v| (v.step, a.position()));
+            let checked = check_verdict(&mut b).map(|step| (step, b.position()));
+            (read, checked)
+        };
+        let (read, checked) = both(&data);
+        assert_eq!(read, checked);
+        assert_eq!(read.map(|r| r.0), Ok(9));
+        let mut rng = crate::test_rng::xorshift(7);
+        for round in 0..20_000 {
+            let mut bad = data.clone();
+            let at = (rng() as usize) % bad.len();
+            match round % 3 {
+                0 => bad[at] = rng() as u8,
+                1 => bad.truncate(at),
+                _ => bad.insert(at, rng() as u8),
+            }
+            let (read, checked) = both(&bad);
+            assert_eq!(read, checked, "{bad:?}");
+        }
     }
 
     #[test]
