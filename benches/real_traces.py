@@ -300,7 +300,8 @@ def _command_call(command: str, call_id: str) -> Call:
     first, _, tail = name.partition("\n")
     if tail:
         name, rest = first, tail + (" " + rest if rest else "")
-    return Call(name or "(empty)", rest, call_id)
+    # The rest of the line as a value: a str given to check_turn is JSON text (issue 19).
+    return Call(name or "(empty)", {"args": rest}, call_id)
 
 
 def read_nebius(path: Path, data: list[dict[str, Any]]) -> Iterator[Run]:

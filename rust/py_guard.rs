@@ -624,7 +624,7 @@ impl Guard {
             match keyed {
                 Ok(key) => (key, None),
                 Err(err) => {
-                    let (key, why) = invalid_json(py, name, args, err)?;
+                    let (key, why) = invalid_json(py, name, args, err, !keep)?;
                     (key, Some(why))
                 }
             }

@@ -291,14 +291,15 @@ fn reference_json_key(
 
 /// For `Guard.check_json`: the key that stands for a call whose JSON text raised `err`, and
 /// the `invalid_arguments` text saying why; `err` itself if it is not one that bad text
-/// raises. Which errors those are, the key (the raw text with its whitespace collapsed: a
-/// model that keeps sending the same broken arguments is looping too) and the text are the
-/// reference's (`_keys.UNPARSABLE`, `_keys.invalid_json`).
+/// raises. Which errors those are, the key (the raw text with its whitespace collapsed, or
+/// kept for the tools that see it: a model that keeps sending the same broken arguments is
+/// looping too) and the text are the reference's (`_keys.UNPARSABLE`, `_keys.invalid_json`).
 pub fn invalid_json(
     py: Python<'_>,
     name: &Bound<'_, PyAny>,
     text: &Bound<'_, PyAny>,
     err: PyErr,
+    collapse: bool,
 ) -> PyResult<(Key, Py<PyString>)> {
     let helpers = helpers(py)?;
     if !err.is_instance(py, helpers.unparsable.bind(py)) {
@@ -307,7 +308,7 @@ pub fn invalid_json(
     let (hex, why): (String, Bound<'_, PyString>) = helpers
         .invalid_json
         .bind(py)
-        .call1((name, text, err.value(py)))?
+        .call1((name, text, err.value(py), collapse))?
         .extract()?;
     let key =
         crate::key::parse_key_hex(&hex).ok_or_else(|| PyValueError::new_err("malformed key"))?;

@@ -1040,3 +1040,18 @@ def test_check_turn_takes_json_text_arguments(tw: ModuleType) -> None:
     # The same broken text again is the same call.
     again = guard.check_turn([("search", '{"q": "refund', "call_e")])
     assert (again[0].action, again[0].repeats) == ("nudge", 2)
+
+
+def test_broken_arguments_of_an_editing_tool_keep_their_whitespace(tw: ModuleType) -> None:
+    """Issue 16: broken JSON text is keyed by its raw text, whitespace collapsed, except for
+    the tools that see their arguments' whitespace: a retried edit with other indentation is
+    another edit, broken or not."""
+    guard = tw.Guard()
+    first = guard.check_json("Edit", '{"old_string": "x\n    return 1"')
+    second = guard.check_json("Edit", '{"old_string": "x\n        return 1"')
+    assert first.invalid_arguments is not None and first.key != second.key
+    assert second.action == "allow"
+    read = tw.Guard()
+    a = read.check_json("Read", '{"file_path": "a.py",  ')
+    b = read.check_json("Read", '{"file_path":  "a.py", ')
+    assert a.key == b.key and b.action == "nudge"

@@ -574,7 +574,7 @@ class Guard:
             else:
                 key = call_key_json(name, args, volatile_keys=self._volatile)
         except UNPARSABLE as exc:
-            key, why = invalid_json(name, args, exc)
+            key, why = invalid_json(name, args, exc, not keep)
             return name, key, policy, why
         return name, key, policy, None
 

@@ -211,13 +211,15 @@ def call_key_json(
     return call_key(name, loads(text), volatile_keys=volatile)
 
 
-def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
-    """The key for arguments that are not valid JSON: the raw text, whitespace collapsed.
-    A model that keeps sending the same broken arguments is looping too."""
+def invalid_json_key(name: str, text: str | bytes | bytearray, collapse: bool = True) -> str:
+    """The key for arguments that are not valid JSON: the raw text, whitespace collapsed
+    (kept, with ``collapse=False``, for the tools that see it: ``verbatim_key``). A model that
+    keeps sending the same broken arguments is looping too."""
     check_name(name)
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", "surrogateescape")
-    payload = _dumps({"tool": name, "invalid_args": " ".join(text.split())}).encode()
+    raw = " ".join(text.split()) if collapse else text
+    payload = _dumps({"tool": name, "invalid_args": raw}).encode()
     return hashlib.sha256(payload).hexdigest()[:16]
 
 
@@ -227,11 +229,13 @@ def invalid_json_key(name: str, text: str | bytes | bytearray) -> str:
 UNPARSABLE: tuple[type[BaseException], ...] = (ValueError, RecursionError, MemoryError)
 
 
-def invalid_json(name: str, text: str | bytes | bytearray, exc: BaseException) -> tuple[str, str]:
+def invalid_json(
+    name: str, text: str | bytes | bytearray, exc: BaseException, collapse: bool = True
+) -> tuple[str, str]:
     """The key of a call whose JSON text raised ``exc`` (one of ``UNPARSABLE``), and what
-    ``Verdict.invalid_arguments`` says about it."""
+    ``Verdict.invalid_arguments`` says about it; ``collapse`` as for ``invalid_json_key``."""
     why = str(exc) or f"the arguments could not be parsed ({type(exc).__name__})"
-    return invalid_json_key(name, text), why
+    return invalid_json_key(name, text, collapse), why
 
 
 def check_threads(threads: object) -> None:
