@@ -46,8 +46,20 @@ class ChatTurn(Turn):
 
 def chat_turn(guard: Any, response: Any) -> ChatTurn:
     """The tool calls of a ChatCompletion (or of its message), checked as one turn."""
+    message = _message(response)
+    if type(message) is dict:
+        # The dict form (a harness's own message list), read without the generic accessor.
+        tool_calls = message.get("tool_calls") or ()
+        if all(type(c) is dict and type(c.get("function")) is dict for c in tool_calls):
+            return ChatTurn.check(
+                guard,
+                [
+                    (c.get("id"), c["function"].get("name"), c["function"].get("arguments") or "")
+                    for c in tool_calls
+                ],
+            )
     calls = []
-    for call in field_of(_message(response), "tool_calls") or ():
+    for call in field_of(message, "tool_calls") or ():
         function = field_of(call, "function")
         if function is not None:
             name, raw = field_of(function, "name"), field_of(function, "arguments")
