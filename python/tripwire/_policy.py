@@ -19,6 +19,7 @@ a tool cacheable (whether a read's answer outlives a run is for its author to sa
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
@@ -319,15 +320,25 @@ def infer_policy(name: str, definitions: Mapping[str, Policy]) -> ToolPolicy | N
     """The policy of an undeclared tool, from its definition's annotations, the well-known
     harnesses' tools, or its name's verb; ``None`` where none of them says."""
     annotated = definitions.get(name)
-    known = KNOWN_TOOLS.get(name)
-    whitespace: Whitespace = known[1] if known is not None else "collapse"
     if annotated is not None:
+        known = KNOWN_TOOLS.get(name)
+        whitespace: Whitespace = known[1] if known is not None else "collapse"
         return ToolPolicy(annotated, whitespace=whitespace, source="definition")
+    return _by_name(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _by_name(name: str) -> ToolPolicy | None:
+    """The policy a tool's name says: a function of the name alone, so shared by every guard
+    (a replay makes a guard per run, and each met its tools anew). Its policies are never
+    changed after they are made."""
+    known = KNOWN_TOOLS.get(name)
     if known is not None:
-        kind = known[0]
+        kind, whitespace = known
     else:
         verb = _first_word(name)
         kind = "write" if verb in _WRITE_VERBS else "read" if verb in _READ_VERBS else None
         if kind is None:
             return None
+        whitespace = "collapse"
     return ToolPolicy(kind, whitespace=whitespace, source="name")
