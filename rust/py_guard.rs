@@ -84,6 +84,9 @@ pub(crate) struct ToolSpec {
 
 pub(crate) type ToolSpecs = NameMap<Arc<ToolSpec>>;
 
+/// Policies inferred from tool names alone, shared by the guards that have no definitions.
+static BY_NAME: PyOnceLock<Mutex<NameMap<Option<Arc<ToolSpec>>>>> = PyOnceLock::new();
+
 /// How many undeclared tools' inferred policies a guard remembers (the reference's
 /// `INFERRED_TOOLS`: tool names come from the model, so the memory is bounded).
 const INFERRED_TOOLS: usize = 1024;
@@ -565,15 +568,47 @@ impl Guard {
         if let Some(known) = lock().get(name_bytes) {
             return Ok(known.clone());
         }
-        // Inferred with no lock held: this runs Python code.
-        let policy = guard_helpers(py)?
-            .infer_policy
+        // Without definitions, what a tool's name says is the same for every guard: shared,
+        // so that a guard made per run (replay) or restored per check (Redis, a LangGraph
+        // checkpoint) does not ask Python again for each tool it meets.
+        let by_name_only = self
+            .config
+            .definitions
             .bind(py)
-            .call1((name, self.config.definitions.bind(py)))?;
-        let spec = if policy.is_none() {
-            None
+            .cast::<PyDict>()
+            .is_ok_and(|d| d.is_empty());
+        let shared = || {
+            BY_NAME
+                .get_or_init(py, || Mutex::new(NameMap::default()))
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        };
+        let known = if by_name_only {
+            shared().get(name_bytes).cloned()
         } else {
-            Some(Arc::new(spec_of_policy(policy)?))
+            None
+        };
+        let spec = match known {
+            Some(spec) => spec,
+            None => {
+                // Inferred with no lock held: this runs Python code.
+                let policy = guard_helpers(py)?
+                    .infer_policy
+                    .bind(py)
+                    .call1((name, self.config.definitions.bind(py)))?;
+                let spec = if policy.is_none() {
+                    None
+                } else {
+                    Some(Arc::new(spec_of_policy(policy)?))
+                };
+                if by_name_only {
+                    let mut shared = shared();
+                    if shared.len() < INFERRED_TOOLS {
+                        shared.insert(name_bytes.into(), spec.clone());
+                    }
+                }
+                spec
+            }
         };
         let mut inferred = lock();
         if inferred.len() < INFERRED_TOOLS {
