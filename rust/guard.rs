@@ -265,6 +265,27 @@ impl IdHash {
     }
 }
 
+/// The 1 to 7 bytes of `tail` as a little-endian word, zero-padded. Read as two
+/// overlapping loads (or three bytes), not copied into a zeroed array: that copy is a call
+/// to `memcpy` whose stores the next load waits on (a stalled store forward), which was
+/// the costliest part of hashing a restored id.
+#[inline]
+fn tail_word(tail: &[u8]) -> u64 {
+    let n = tail.len();
+    if n >= 4 {
+        let word = |at: usize| {
+            let mut array = [0u8; 4];
+            array.copy_from_slice(&tail[at..at + 4]);
+            u64::from(u32::from_le_bytes(array))
+        };
+        // The overlapping bytes are the same in both, so OR puts each in its place.
+        word(0) | word(n - 4) << (8 * (n - 4))
+    } else {
+        let byte = |at: usize| u64::from(tail[at]) << (8 * at);
+        byte(0) | byte(n / 2) | byte(n - 1)
+    }
+}
+
 impl Hasher for IdHash {
     #[inline]
     fn finish(&self) -> u64 {
@@ -282,9 +303,7 @@ impl Hasher for IdHash {
         let tail = words.remainder();
         if !tail.is_empty() {
             // Zero-padded: the length, hashed first (`write_usize`), tells "a" from "a\0".
-            let mut array = [0u8; 8];
-            array[..tail.len()].copy_from_slice(tail);
-            self.mix(u64::from_le_bytes(array));
+            self.mix(tail_word(tail));
         }
     }
 
@@ -300,8 +319,221 @@ impl Hasher for IdHash {
 /// them, allocates nothing per id; the map and the order each hold a copy.
 pub type CallId = SmallVec<[u8; 32]>;
 
-/// The call-id memory's map ([`IdHash`]).
-pub(crate) type CallIdMap<V> = HashMap<CallId, Remembered<V>, BuildHasherDefault<IdHash>>;
+/// The call-id memory's hash of an id ([`IdHash`], length first, as a `HashMap` hashed it).
+#[inline]
+pub(crate) fn id_hash(id: &[u8]) -> u64 {
+    let mut hasher = IdHash::default();
+    hasher.write_usize(id.len());
+    hasher.write(id);
+    hasher.finish()
+}
+
+/// Slots of the call-id memory's table: a power of two at least twice [`CALL_ID_MEMORY`],
+/// so it is never more than half full and a probe stays short.
+const ID_SLOTS: usize = 256;
+const _: () = assert!(ID_SLOTS.is_power_of_two() && ID_SLOTS >= 2 * CALL_ID_MEMORY);
+const _: () = assert!(CALL_ID_MEMORY < u16::MAX as usize);
+
+/// A remembered call id: its bytes, its hash (so the table's probes and removals never hash
+/// again) and what was remembered.
+pub(crate) struct IdRecord<V> {
+    pub(crate) id: CallId,
+    hash: u64,
+    pub(crate) remembered: Remembered<V>,
+}
+
+/// The call-id memory (the reference's ordered dict of `_Remembered`), sized for its bound:
+/// at most [`CALL_ID_MEMORY`] records in a vector, an open-addressing table (linear
+/// probing) of their indices, and their order as indices. A restore of 128 ids is then 128
+/// pushes and 128 two-byte table writes, where a `HashMap` and a `VecDeque` of ids moved
+/// each id and its verdict twice. Records never move: the oldest's index is reused by the
+/// id that evicts it, and an id remembered again is updated in place and moved to the back
+/// of the order only.
+pub(crate) struct CallIds<V> {
+    records: Vec<IdRecord<V>>,
+    /// Index + 1 of a record, 0 for a free slot; empty until the first id.
+    table: Vec<u16>,
+    /// Indices of `records`, oldest first.
+    order: VecDeque<u16>,
+}
+
+impl<V> Default for CallIds<V> {
+    fn default() -> Self {
+        CallIds {
+            records: Vec::new(),
+            table: Vec::new(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+/// Where an id is in the table, or the free slot where it would go.
+enum Probe {
+    Found(usize),
+    Vacant(usize),
+}
+
+impl<V> CallIds<V> {
+    /// Room for `n` ids, before a restore pushes them.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        CallIds {
+            records: Vec::with_capacity(n),
+            table: vec![0; ID_SLOTS],
+            order: VecDeque::with_capacity(n),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    #[inline]
+    fn home(hash: u64) -> usize {
+        // The top bits: the folded multiply mixes every input bit into them.
+        (hash >> (64 - ID_SLOTS.trailing_zeros())) as usize
+    }
+
+    #[inline]
+    fn probe(&self, id: &[u8], hash: u64) -> Probe {
+        let mut at = Self::home(hash);
+        loop {
+            match self.table[at] {
+                0 => return Probe::Vacant(at),
+                slot => {
+                    let record = &self.records[usize::from(slot) - 1];
+                    if record.hash == hash && *record.id == *id {
+                        return Probe::Found(at);
+                    }
+                }
+            }
+            at = (at + 1) & (ID_SLOTS - 1);
+        }
+    }
+
+    fn index_of(&self, id: &[u8]) -> Option<usize> {
+        if self.table.is_empty() {
+            return None;
+        }
+        match self.probe(id, id_hash(id)) {
+            Probe::Found(at) => Some(usize::from(self.table[at]) - 1),
+            Probe::Vacant(_) => None,
+        }
+    }
+
+    pub(crate) fn get(&self, id: &[u8]) -> Option<&Remembered<V>> {
+        self.index_of(id).map(|i| &self.records[i].remembered)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &[u8]) -> Option<&mut Remembered<V>> {
+        self.index_of(id).map(|i| &mut self.records[i].remembered)
+    }
+
+    /// The records, oldest first.
+    pub(crate) fn in_order(&self) -> impl Iterator<Item = &IdRecord<V>> + '_ {
+        self.order.iter().map(|&i| &self.records[usize::from(i)])
+    }
+
+    /// Remembers an id at the back of the order; hands back the verdict it replaces (the
+    /// same id's, or the oldest id's when the memory is full).
+    pub(crate) fn remember(&mut self, id: &[u8], remembered: Remembered<V>) -> Option<V> {
+        if self.table.is_empty() {
+            self.table = vec![0; ID_SLOTS];
+        }
+        let hash = id_hash(id);
+        let at = match self.probe(id, hash) {
+            Probe::Found(at) => {
+                // Re-inserted at the back, as the reference's ordered dict moves it there.
+                let index = self.table[at] - 1;
+                let old =
+                    std::mem::replace(&mut self.records[usize::from(index)].remembered, remembered);
+                self.order.retain(|&i| i != index);
+                self.order.push_back(index);
+                return Some(old.verdict);
+            }
+            Probe::Vacant(at) => at,
+        };
+        let record = IdRecord {
+            id: CallId::from_slice(id),
+            hash,
+            remembered,
+        };
+        if self.records.len() < CALL_ID_MEMORY {
+            let index = self.records.len() as u16;
+            self.table[at] = index + 1;
+            self.records.push(record);
+            self.order.push_back(index);
+            return None;
+        }
+        // Full: the oldest goes, and the new id takes its record.
+        let oldest = self.order.pop_front()?;
+        self.unlink(oldest);
+        let Probe::Vacant(at) = self.probe(id, hash) else {
+            unreachable!("the id was not in the table before a removal");
+        };
+        self.table[at] = oldest + 1;
+        self.order.push_back(oldest);
+        let old = std::mem::replace(&mut self.records[usize::from(oldest)], record);
+        Some(old.remembered.verdict)
+    }
+
+    /// Takes a record's index out of the table, shifting back the entries after it that
+    /// would no longer be found (linear probing's deletion: no tombstones to skip later).
+    fn unlink(&mut self, index: u16) {
+        let mask = ID_SLOTS - 1;
+        let mut hole = Self::home(self.records[usize::from(index)].hash);
+        while self.table[hole] != index + 1 {
+            hole = (hole + 1) & mask;
+        }
+        let mut at = hole;
+        loop {
+            at = (at + 1) & mask;
+            let slot = self.table[at];
+            if slot == 0 {
+                break;
+            }
+            let home = Self::home(self.records[usize::from(slot) - 1].hash);
+            // The entry stays if its home is cyclically within (hole, at].
+            let stays = if hole <= at {
+                hole < home && home <= at
+            } else {
+                hole < home || home <= at
+            };
+            if !stays {
+                self.table[hole] = slot;
+                hole = at;
+            }
+        }
+        self.table[hole] = 0;
+    }
+
+    /// Appends an id read from a snapshot (capacity made by [`CallIds::with_capacity`]);
+    /// false if it is there already.
+    pub(crate) fn push_read(&mut self, id: &[u8], remembered: Remembered<V>) -> bool {
+        debug_assert!(self.records.len() < CALL_ID_MEMORY && !self.table.is_empty());
+        let hash = id_hash(id);
+        let Probe::Vacant(at) = self.probe(id, hash) else {
+            return false;
+        };
+        let index = self.records.len() as u16;
+        self.table[at] = index + 1;
+        self.records.push(IdRecord {
+            id: CallId::new(),
+            hash,
+            remembered,
+        });
+        // Copied where it stays: a `CallId` made first and moved in is a copy on the stack
+        // that the move then reads back before the copy's stores are done (a stalled load).
+        if let Some(record) = self.records.last_mut() {
+            record.id.extend_from_slice(id);
+        }
+        self.order.push_back(index);
+        true
+    }
+
+    pub(crate) fn into_verdicts(self) -> impl Iterator<Item = V> {
+        self.records.into_iter().map(|r| r.remembered.verdict)
+    }
+}
 
 /// One run's state. Nothing is allocated until the first call.
 pub struct RunState<V, R, N> {
@@ -309,8 +541,11 @@ pub struct RunState<V, R, N> {
     pub(crate) steps: u64,
     pub(crate) stopped: Option<V>,
     /// The verdict given to each recent call id (the reference's `_Remembered`).
-    pub(crate) by_call_id: CallIdMap<V>,
-    pub(crate) call_id_order: VecDeque<CallId>,
+    pub(crate) call_ids: CallIds<V>,
+    /// The part of the snapshot this state was restored from that its verdicts kept as
+    /// bytes refer to (the stop latch and the call-id memory's): one copy for all of them,
+    /// so a verdict kept so is a range, not bytes of its own.
+    pub(crate) restored: Box<[u8]>,
     pub(crate) cache: HashMap<Key, R>,
     pub(crate) cache_order: VecDeque<Key>,
     /// Checks of each poll tool's call so far this run (not only in the window).
@@ -339,8 +574,8 @@ impl<V, R, N> Default for RunState<V, R, N> {
             window: VecDeque::new(),
             steps: 0,
             stopped: None,
-            by_call_id: CallIdMap::default(),
-            call_id_order: VecDeque::new(),
+            call_ids: CallIds::default(),
+            restored: Box::default(),
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
             polls: HashMap::new(),
@@ -382,7 +617,7 @@ impl<V, R, N> RunState<V, R, N> {
     /// call, still unanswered.
     pub fn recall(&self, call_id: Option<&[u8]>, key: Key) -> Option<&V> {
         call_id
-            .and_then(|id| self.by_call_id.get(id))
+            .and_then(|id| self.call_ids.get(id))
             .filter(|r| r.key == key && !r.answered)
             .map(|r| &r.verdict)
     }
@@ -395,7 +630,7 @@ impl<V, R, N> RunState<V, R, N> {
     /// True when this call id was given to this very call, still unanswered: a retried
     /// delivery.
     pub fn retried(&self, call_id: &[u8], key: Key) -> bool {
-        self.by_call_id
+        self.call_ids
             .get(call_id)
             .is_some_and(|r| r.key == key && !r.answered)
     }
@@ -760,7 +995,7 @@ impl<V, R, N> RunState<V, R, N> {
         outcome: Outcome<N>,
     ) -> Released<V, R, N> {
         let mut released = Released::default();
-        if let Some(remembered) = call_id.and_then(|id| self.by_call_id.get_mut(id)) {
+        if let Some(remembered) = call_id.and_then(|id| self.call_ids.get_mut(id)) {
             if remembered.step == step {
                 remembered.answered = true;
             }
@@ -819,27 +1054,15 @@ impl<V, R, N> RunState<V, R, N> {
         verdict: V,
         released: &mut Released<V, R, N>,
     ) {
-        // Re-inserted at the back, as the reference's ordered dict moves it there.
-        if let Some(old) = self.by_call_id.remove(call_id) {
-            released.verdicts.push(old.verdict);
-            self.call_id_order.retain(|id| **id != *call_id);
-        }
-        let id = CallId::from_slice(call_id);
         let remembered = Remembered {
             key,
             step,
             verdict,
             answered: false,
         };
-        self.by_call_id.insert(id.clone(), remembered);
-        self.call_id_order.push_back(id);
-        if self.call_id_order.len() > CALL_ID_MEMORY {
-            if let Some(oldest) = self.call_id_order.pop_front() {
-                released
-                    .verdicts
-                    .extend(self.by_call_id.remove(&oldest).map(|r| r.verdict));
-            }
-        }
+        released
+            .verdicts
+            .extend(self.call_ids.remember(call_id, remembered));
     }
 
     /// Stores the result of an allowed `read` call for later allowed checks of the same key.
@@ -865,7 +1088,7 @@ impl<V, R, N> RunState<V, R, N> {
             verdicts: old
                 .stopped
                 .into_iter()
-                .chain(old.by_call_id.into_values().map(|r| r.verdict))
+                .chain(old.call_ids.into_verdicts())
                 .collect(),
             results: old.cache.into_values().collect(),
             names: old
@@ -1216,6 +1439,54 @@ mod tests {
         assert!(state.retried(newest.as_bytes(), 9));
         // The same id on another call is not a retried delivery.
         assert!(!state.retried(newest.as_bytes(), 8));
+    }
+
+    #[test]
+    fn the_call_id_memory_acts_as_an_ordered_map() {
+        // Against the ordered map it stands for, over ids that collide in the table often
+        // (few distinct ids, many evictions, re-insertions that move an id to the back).
+        let mut rng = crate::test_rng::xorshift(0xca11);
+        let mut ids = CallIds::<u64>::default();
+        let mut model: VecDeque<(Vec<u8>, u64)> = VecDeque::new();
+        for n in 0..40_000u64 {
+            let id = format!("call_{}", rng() % 300).into_bytes();
+            let remembered = Remembered {
+                key: n,
+                step: n,
+                verdict: n,
+                answered: false,
+            };
+            let got = ids.remember(&id, remembered);
+            let expected = match model.iter().position(|(i, _)| *i == id) {
+                Some(at) => model.remove(at).map(|(_, v)| v),
+                None if model.len() == CALL_ID_MEMORY => model.pop_front().map(|(_, v)| v),
+                None => None,
+            };
+            model.push_back((id, n));
+            assert_eq!(got, expected);
+            if n % 97 == 0 {
+                let order: Vec<(Vec<u8>, u64)> = ids
+                    .in_order()
+                    .map(|r| (r.id.to_vec(), r.remembered.verdict))
+                    .collect();
+                assert!(order.iter().eq(model.iter()));
+                for k in 0..300 {
+                    let id = format!("call_{k}").into_bytes();
+                    let expected = model.iter().find(|(i, _)| *i == id).map(|(_, v)| *v);
+                    assert_eq!(ids.get(&id).map(|r| r.verdict), expected);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tail_word_is_the_zero_padded_bytes() {
+        for n in 1..8 {
+            let tail: Vec<u8> = (1..=n as u8).map(|b| b * 17).collect();
+            let mut array = [0u8; 8];
+            array[..n].copy_from_slice(&tail);
+            assert_eq!(tail_word(&tail), u64::from_le_bytes(array), "{n}");
+        }
     }
 
     #[test]

@@ -28,34 +28,26 @@ type Dropped = Released<Stored, Py<PyAny>, Py<PyString>>;
 
 /// A verdict the run state keeps: the stop latch, and the call-id memory's.
 pub(crate) enum Stored {
-    Live(Verdict),
-    /// Restored from a snapshot and not asked for since: its bytes as written, made into a
-    /// `Verdict` only when a retried delivery (or a check after the stop) asks for it.
-    /// Restoring a run then makes no Python object per remembered call id (a fleet's worker
-    /// restores the run on every check; a retried delivery is rare). Never one with a
-    /// cached result: those are read whole, so that a bad one fails the restore.
-    Encoded {
-        bytes: VerdictBytes,
-        step: u64,
-    },
+    /// Boxed: a call-id record stays small (a live verdict is about 200 bytes), so records
+    /// are cheap to make and to restore, and the state's memory holds no more than it uses.
+    Live(Box<Verdict>),
+    /// Restored from a snapshot and not asked for since: its bytes as written, a range of
+    /// the state's `restored` bytes, made into a `Verdict` only when a retried delivery (or
+    /// a check after the stop) asks for it. Restoring a run then makes no Python object and
+    /// copies no bytes per remembered call id (a fleet's worker restores the run on every
+    /// check; a retried delivery is rare). Never one with a cached result: those are read
+    /// whole, so that a bad one fails the restore.
+    Encoded { at: usize, len: usize, step: u64 },
 }
 
-/// A remembered verdict's bytes: inline up to 96 (a verdict with a 30-byte call id and a
-/// short tool name is about 60), so a restore allocates nothing per verdict.
-pub(crate) type VerdictBytes = SmallVec<[u8; 96]>;
-
-// Inline, and no bigger for it: the bytes fit where a live verdict's fields are.
-const _: () = assert!(
-    std::mem::size_of::<VerdictBytes>() + 8 <= std::mem::size_of::<Verdict>(),
-    "Stored::Encoded makes Stored bigger"
-);
-
 impl Stored {
-    /// The verdict, as a new object with the same fields.
-    fn verdict(&self, py: Python<'_>, config: &GuardConfig) -> PyResult<Verdict> {
+    /// The verdict, as a new object with the same fields; `restored` is the state's.
+    fn verdict(&self, py: Python<'_>, config: &GuardConfig, restored: &[u8]) -> PyResult<Verdict> {
         match self {
             Stored::Live(verdict) => Ok(verdict.duplicate(py)),
-            Stored::Encoded { bytes, .. } => crate::py_snapshot::decode_verdict(py, config, bytes),
+            Stored::Encoded { at, len, .. } => {
+                crate::py_snapshot::decode_verdict(py, config, &restored[*at..*at + *len])
+            }
         }
     }
 
@@ -719,10 +711,10 @@ impl Guard {
         let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
         let policy = rule.map(|r| r.policy);
         if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
-            return known.verdict(py, &self.config);
+            return known.verdict(py, &self.config, &state.restored);
         }
         if let Some(stop) = state.stopped() {
-            return Ok(stop.verdict(py, &self.config)?.after_stop(
+            return Ok(stop.verdict(py, &self.config, &state.restored)?.after_stop(
                 py,
                 name,
                 key,
@@ -763,9 +755,10 @@ impl Guard {
             budget: self.config.max_steps_text.clone(),
             detail,
         };
-        let latched =
-            (decision.action == Action::Stop).then(|| Stored::Live(verdict.copy(py, None, None)));
-        let remembered = call_id.map(|c| (&*c.bytes, Stored::Live(verdict.duplicate(py))));
+        let latched = (decision.action == Action::Stop)
+            .then(|| Stored::Live(Box::new(verdict.copy(py, None, None))));
+        let remembered =
+            call_id.map(|c| (&*c.bytes, Stored::Live(Box::new(verdict.duplicate(py)))));
         released.absorb(state.commit(
             &self.config.limits,
             key,
@@ -1082,7 +1075,7 @@ impl Guard {
                         );
                         if let Some(c) = call_id {
                             let step = copy.step;
-                            let remembered = Stored::Live(copy.duplicate(py));
+                            let remembered = Stored::Live(Box::new(copy.duplicate(py)));
                             state.remember(&c.bytes, call.key, step, remembered, &mut released);
                         }
                         verdicts.push(copy);

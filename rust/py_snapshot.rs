@@ -15,8 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::key::Key;
 use crate::py_canon::{ascii_of, wtf8_of, VolatileKeys};
 use crate::py_guard::{
-    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictBytes,
-    VerdictDetail,
+    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictDetail,
 };
 use crate::snapshot::{
     check_verdict, frame_end, frame_start, unframe, write_cache, Decode, DetailData, Encode,
@@ -256,11 +255,11 @@ impl Encode<Stored, Py<PyString>> for Encoder<'_> {
         out.bytes(&bytes);
     }
 
-    fn write_verdict(&mut self, out: &mut Writer, verdict: &Stored) {
+    fn write_verdict(&mut self, out: &mut Writer, verdict: &Stored, restored: &[u8]) {
         match verdict {
             Stored::Live(verdict) => self.write_live(out, verdict),
             // As it was read: the format is canonical, so these are the bytes it would write.
-            Stored::Encoded { bytes, .. } => out.raw(bytes),
+            Stored::Encoded { at, len, .. } => out.raw(&restored[*at..*at + *len]),
         }
     }
 }
@@ -443,15 +442,21 @@ impl Decode<Stored, Py<PyAny>, Py<PyString>> for Decoder<'_> {
 
     fn read_verdict(&mut self, reader: &mut Reader<'_>) -> crate::snapshot::Result<Stored> {
         if reader.peek().is_some_and(|head| head & H_CACHED != 0) {
-            return self.live(VerdictData::read(reader)?).map(Stored::Live);
+            let verdict = self.live(VerdictData::read(reader)?)?;
+            return Ok(Stored::Live(Box::new(verdict)));
         }
-        // Checked, and kept as bytes: see `Stored::Encoded`.
-        let start = reader.position();
+        // Checked, and kept as where its bytes are: see `Stored::Encoded`.
+        let at = reader.position();
         let step = check_verdict(reader)?;
         Ok(Stored::Encoded {
-            bytes: VerdictBytes::from_slice(reader.since(start)),
+            at,
+            len: reader.position() - at,
             step,
         })
+    }
+
+    fn keeps_bytes(&self) -> bool {
+        true
     }
 
     fn verdict_step(&self, verdict: &Stored) -> u64 {

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use crate::guard::{
-    Action, CallId, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
+    Action, CallIds, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
 };
 use crate::key::Key;
 
@@ -615,7 +615,9 @@ fn read_detail<'a>(reader: &mut Reader<'a>, nested: bool) -> Result<DetailData<&
 pub trait Encode<V, N> {
     /// Writes a text's WTF-8 bytes ([`Writer::bytes`]).
     fn write_text(&mut self, out: &mut Writer, text: &N);
-    fn write_verdict(&mut self, out: &mut Writer, verdict: &V);
+    /// Writes a verdict; `restored` is the state's [`RunState::restored`], for verdicts
+    /// kept as a range of it.
+    fn write_verdict(&mut self, out: &mut Writer, verdict: &V, restored: &[u8]);
 }
 
 /// How a state's opaque values are read back.
@@ -624,7 +626,10 @@ pub trait Decode<V, R, N> {
     fn same_text(&mut self, text: &N, bytes: &[u8]) -> bool;
     /// A handle for a text read back (already checked to be WTF-8).
     fn make_text(&mut self, bytes: &[u8]) -> Result<N>;
+    /// A verdict; one may be kept as the range of `reader`'s bytes it was read from.
     fn read_verdict(&mut self, reader: &mut Reader<'_>) -> Result<V>;
+    /// Whether verdicts read are kept as ranges of the bytes (so those bytes are kept).
+    fn keeps_bytes(&self) -> bool;
     /// The step a verdict was given at (what `observe` compares to mark a call id answered).
     fn verdict_step(&self, verdict: &V) -> u64;
     fn read_result(&mut self, json: &[u8]) -> Result<R>;
@@ -646,7 +651,7 @@ impl<V, R, N> RunState<V, R, N> {
         // Room for the usual sizes (an entry about 30 bytes, a call id and its verdict
         // about 60), so a full guard's state is written without growing the buffer.
         out.out
-            .reserve(64 + 40 * self.window.len() + 72 * self.call_id_order.len());
+            .reserve(64 + 40 * self.window.len() + 72 * self.call_ids.len());
         out.varint(self.steps);
         out.varint(u64::from(self.turn));
         out.varint(self.window.len() as u64);
@@ -676,17 +681,15 @@ impl<V, R, N> RunState<V, R, N> {
         }
         out.u8(u8::from(self.stopped.is_some()));
         if let Some(stop) = &self.stopped {
-            codec.write_verdict(out, stop);
+            codec.write_verdict(out, stop, &self.restored);
         }
-        out.varint(self.call_id_order.len() as u64);
-        for id in &self.call_id_order {
-            // The order and the map hold the same ids (`remember`).
-            if let Some(remembered) = self.by_call_id.get(id) {
-                out.bytes(id);
-                out.key(remembered.key);
-                out.u8(u8::from(remembered.answered));
-                codec.write_verdict(out, &remembered.verdict);
-            }
+        out.varint(self.call_ids.len() as u64);
+        for record in self.call_ids.in_order() {
+            let remembered = &record.remembered;
+            out.bytes(&record.id);
+            out.key(remembered.key);
+            out.u8(u8::from(remembered.answered));
+            codec.write_verdict(out, &remembered.verdict, &self.restored);
         }
         for counts in [&self.polls, &self.retries] {
             let mut sorted: Vec<(Key, u32)> = counts.iter().map(|(&k, &n)| (k, n)).collect();
@@ -767,17 +770,19 @@ impl<V, R, N> RunState<V, R, N> {
         // Whether a result was observed is the shortcut past the progress rules, which
         // give the hash-only verdicts anyway while no entry has a result.
         state.observed = state.window.iter().any(|e| e.result.is_some());
-        if reader.flag()? {
-            state.stopped = Some(codec.read_verdict(reader)?);
+        // The stop latch and the call ids are read from their own reader, so the positions
+        // the codec keeps verdicts by are offsets into these bytes, copied once after.
+        let mut part = Reader::new(reader.rest);
+        if part.flag()? {
+            state.stopped = Some(codec.read_verdict(&mut part)?);
         }
-        let ids = reader.count(CALL_ID_MEMORY)?;
-        state.by_call_id.reserve(ids);
-        state.call_id_order.reserve_exact(ids);
+        let ids = part.count(CALL_ID_MEMORY)?;
+        state.call_ids = CallIds::with_capacity(ids);
         for _ in 0..ids {
-            let id = CallId::from_slice(reader.text()?);
-            let key = reader.key()?;
-            let answered = reader.flag()?;
-            let verdict = codec.read_verdict(reader)?;
+            let id = part.text()?;
+            let key = part.key()?;
+            let answered = part.flag()?;
+            let verdict = codec.read_verdict(&mut part)?;
             let step = codec.verdict_step(&verdict);
             let remembered = Remembered {
                 key,
@@ -785,12 +790,15 @@ impl<V, R, N> RunState<V, R, N> {
                 verdict,
                 answered,
             };
-            // One hash for the check and the insertion: the state is dropped on failure.
-            if state.by_call_id.insert(id.clone(), remembered).is_some() {
+            if !state.call_ids.push_read(id, remembered) {
                 return fail("a call id twice");
             }
-            state.call_id_order.push_back(id);
         }
+        let read = part.position();
+        if codec.keeps_bytes() {
+            state.restored = reader.rest[..read].into();
+        }
+        reader.rest = &reader.rest[read..];
         state.polls = read_counts(reader)?;
         state.retries = read_counts(reader)?;
         let cached = reader.count(CACHE_ENTRIES)?;
@@ -875,7 +883,7 @@ mod tests {
         fn write_text(&mut self, out: &mut Writer, text: &Vec<u8>) {
             out.bytes(text);
         }
-        fn write_verdict(&mut self, out: &mut Writer, verdict: &Data) {
+        fn write_verdict(&mut self, out: &mut Writer, verdict: &Data, _: &[u8]) {
             verdict.write(out);
         }
     }
@@ -889,6 +897,9 @@ mod tests {
         }
         fn read_verdict(&mut self, reader: &mut Reader<'_>) -> Result<Data> {
             VerdictData::read(reader).map(owned)
+        }
+        fn keeps_bytes(&self) -> bool {
+            false
         }
         fn verdict_step(&self, verdict: &Data) -> u64 {
             verdict.step
@@ -986,7 +997,7 @@ mod tests {
         let back = restore(&data).expect("restores");
         assert_eq!(snapshot(&back), data);
         assert_eq!(back.window.len(), 12);
-        assert_eq!(back.by_call_id.len(), CALL_ID_MEMORY);
+        assert_eq!(back.call_ids.len(), CALL_ID_MEMORY);
         assert_eq!(
             back.cache.len(),
             1,
