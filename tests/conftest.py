@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import tripwire
 import tripwire.reference
+from _guards import BACKENDS
 from hypothesis import settings
 
 # No deadline: the first call into a backend imports helpers, and 4300-digit integers are
@@ -65,3 +66,11 @@ def impl(request: pytest.FixtureRequest) -> Any:
             pytest.skip(_NO_NATIVE)
         return _NATIVE
     return tripwire.reference
+
+
+@pytest.fixture(params=BACKENDS)
+def tw(request: pytest.FixtureRequest) -> ModuleType:
+    """One backend module, for the guard's tests: ``tripwire._core`` (id ``native``) or
+    ``tripwire.reference`` (id ``reference``)."""
+    module: ModuleType = request.param
+    return module

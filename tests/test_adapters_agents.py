@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS
+from _guards import GET_LOGS_SPELLINGS
 
 agents = pytest.importorskip("agents")
 from agents import (  # noqa: E402
@@ -32,19 +32,8 @@ from tripwire.adapters.agents import guard_agent, stop_of  # noqa: E402
 # The SDK's own tracing exports to OpenAI's servers: off, no network.
 agents.set_tracing_disabled(True)
 
-# The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = (
-    '{"service":"checkout","since":"15m","level":"error"}',
-    '{"service": "checkout", "level": "error", "since": "15m"}',
-    '{"since":"15m","service":"checkout","level":"error"}',
-    '{"service":"checkout ","since":"15m","level":"error"}',
-)
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    module: ModuleType = request.param
-    return module
+# The seed's triage call, respelled as the model respelled it (JSON text).
+SEED_ARGS = GET_LOGS_SPELLINGS
 
 
 def triage_tools(ran: list[tuple[str, Any]]) -> list[Any]:

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS
+from _guards import get_logs_args
 
 pytest.importorskip("langchain.agents")
 from langchain.agents import create_agent
@@ -27,18 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from tripwire.adapters.langchain import LoopGuardMiddleware
 
 # The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = (
-    {"service": "checkout", "since": "15m", "level": "error"},
-    {"level": "error", "service": "checkout", "since": "15m"},
-    {"since": "15m", "service": "checkout", "level": "error"},
-    {"service": "checkout ", "since": "15m", "level": "error"},
-)
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    module: ModuleType = request.param
-    return module
+SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 8))
 
 
 class ScriptedChatModel(GenericFakeChatModel):

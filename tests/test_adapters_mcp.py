@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS
+from _guards import get_logs_args
 
 mcp = pytest.importorskip("mcp")
 from mcp.server.mcpserver import MCPServer  # noqa: E402
@@ -23,18 +23,7 @@ from mcp.types import CallToolResult, ToolAnnotations  # noqa: E402
 from tripwire.adapters import mcp as tw_mcp  # noqa: E402
 
 # The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = (
-    {"service": "checkout", "since": "15m", "level": "error"},
-    {"level": "error", "service": "checkout", "since": "15m"},
-    {"since": "15m", "service": "checkout", "level": "error"},
-    {"service": "checkout ", "since": "15m", "level": "error"},
-)
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    module: ModuleType = request.param
-    return module
+SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 8))
 
 
 def ops_server(ran: list[tuple[str, dict[str, Any]]]) -> MCPServer:

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS
+from _guards import GET_LOGS_SPELLINGS
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -29,19 +29,8 @@ except ImportError:  # pragma: no cover - older SDKs
 from tripwire.adapters import anthropic as tw_anthropic  # noqa: E402
 from tripwire.adapters import openai as tw_openai  # noqa: E402
 
-# The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = (
-    '{"service":"checkout","since":"15m","level":"error"}',
-    '{"service": "checkout", "level": "error", "since": "15m"}',
-    '{"since":"15m","service":"checkout","level":"error"}',
-    '{"service":"checkout ","since":"15m","level":"error"}',
-)
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    module: ModuleType = request.param
-    return module
+# The seed's triage call, respelled as the model respelled it (JSON text).
+SEED_ARGS = GET_LOGS_SPELLINGS
 
 
 # -- the fake APIs ---------------------------------------------------------------------------

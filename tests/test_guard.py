@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from _guards import (
-    BACKENDS,
     NATIVE,
     REFERENCE,
     TOOLS,
@@ -25,14 +24,6 @@ from _guards import (
     requires_native,
     state,
 )
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    """One backend module: ``tripwire._core`` or ``tripwire.reference``."""
-    module: ModuleType = request.param
-    return module
-
 
 NUDGE_GET_LOGS = (
     "This is the second identical call to get_logs with the same arguments. Do not repeat it. "

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 from _guards import (
-    BACKENDS,
     NATIVE,
     REFERENCE,
     baseline_tools,
@@ -56,13 +55,6 @@ REQUIRED_KINDS = (
     "reworded_empty",
 )
 REASONS = ("loop_detected", "no_progress")
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    """One backend module: ``tripwire._core`` or ``tripwire.reference``."""
-    module: ModuleType = request.param
-    return module
 
 
 def _scenario_params() -> list[Any]:

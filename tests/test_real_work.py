@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKENDS, NATIVE, REFERENCE, baseline_tools, fields, requires_native
+from _guards import NATIVE, REFERENCE, baseline_tools, fields, requires_native
 from tripwire._keys import DEFAULT_VOLATILE_KEYS, verbatim_key
 from tripwire._policy import KNOWN_TOOLS
 
@@ -64,13 +64,6 @@ FAILURE_MODES = (
 )
 PEERS = ("google-gemini/gemini-cli", "All-Hands-AI/OpenHands", "OpenHands/software-agent-sdk")
 CALL_FIELDS = {"tool", "args", "arguments", "call_id", "result", "error", "transient"}
-
-
-@pytest.fixture(params=BACKENDS)
-def tw(request: pytest.FixtureRequest) -> ModuleType:
-    """One backend module: ``tripwire._core`` or ``tripwire.reference``."""
-    module: ModuleType = request.param
-    return module
 
 
 def _params(scenarios: list[dict[str, Any]], *, gaps: bool = False) -> list[Any]:

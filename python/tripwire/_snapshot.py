@@ -137,20 +137,24 @@ def config_digest(config: bytes) -> bytes:
     return hashlib.sha256(config).digest()[:8]
 
 
+# The configuration's fields, as written and read back (one list: the slots are these too).
+_CONFIG_FIELDS: Final = (
+    "definitions",
+    "infer",
+    "max_steps",
+    "nudge_at",
+    "stop_at",
+    "tools",
+    "tools_repr",
+    "volatile_keys",
+    "window",
+)
+
+
 class Config:
     """A configuration read back from a snapshot, as both backends build a guard from it."""
 
-    __slots__ = (
-        "definitions",
-        "infer",
-        "max_steps",
-        "nudge_at",
-        "stop_at",
-        "tools",
-        "tools_repr",
-        "volatile_keys",
-        "window",
-    )
+    __slots__ = _CONFIG_FIELDS
 
     def __init__(self, **fields: Any) -> None:
         for name, value in fields.items():
@@ -207,19 +211,6 @@ def read_config(data: bytes) -> Config:
         infer=config["infer"],
         definitions=definitions,
     )
-
-
-_CONFIG_FIELDS: Final = (
-    "definitions",
-    "infer",
-    "max_steps",
-    "nudge_at",
-    "stop_at",
-    "tools",
-    "tools_repr",
-    "volatile_keys",
-    "window",
-)
 
 
 def _read_policy(spec: Any) -> ToolPolicy:
