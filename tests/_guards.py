@@ -120,3 +120,14 @@ def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
         kind = spec["policy"] if isinstance(spec, dict) else spec
         mapped[tool] = "volatile" if kind == "poll" else kind
     return mapped
+
+
+# The seed's messages: the hash-only guard's, unchanged since DESIGN.md §2.
+HASH_NUDGE = (
+    "This is the second identical call to {tool} with the same arguments. Do not repeat it. "
+    "Either use different arguments, use a different tool, or report what you have so far."
+)
+HASH_STOP = (
+    "Stopped (loop_detected): {tool} was called {repeats} times with the same arguments "
+    "within the last 12 calls."
+)

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 from _guards import (
+    HASH_NUDGE,
+    HASH_STOP,
     NATIVE,
     REFERENCE,
     baseline_tools,
@@ -87,16 +89,6 @@ def replay(module: ModuleType, scenario: dict[str, Any], *, progress: bool = Tru
         if verdict.action == "allow" and progress:
             guard.observe(verdict, step["result"])
     return verdicts
-
-
-HASH_NUDGE = (
-    "This is the second identical call to {tool} with the same arguments. Do not repeat it. "
-    "Either use different arguments, use a different tool, or report what you have so far."
-)
-HASH_STOP = (
-    "Stopped (loop_detected): {tool} was called {repeats} times with the same arguments "
-    "within the last 12 calls."
-)
 
 
 def hash_only_model(steps: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -39,7 +39,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import NATIVE, REFERENCE, baseline_tools, fields, requires_native
+from _guards import (
+    HASH_NUDGE,
+    HASH_STOP,
+    NATIVE,
+    REFERENCE,
+    baseline_tools,
+    fields,
+    requires_native,
+)
 from tripwire._keys import DEFAULT_VOLATILE_KEYS, verbatim_key
 from tripwire._policy import KNOWN_TOOLS
 
@@ -414,17 +422,6 @@ def test_backends_agree(scenario: dict[str, Any]) -> None:
         reference = replay(REFERENCE, scenario, progress=progress)
         assert [fields(v) for v in native.verdicts] == [fields(v) for v in reference.verdicts]
         assert [fields(v) for v in native.after_stop] == [fields(v) for v in reference.after_stop]
-
-
-# The seed's messages (the hash-only guard's, unchanged since DESIGN.md §2).
-HASH_NUDGE = (
-    "This is the second identical call to {tool} with the same arguments. Do not repeat it. "
-    "Either use different arguments, use a different tool, or report what you have so far."
-)
-HASH_STOP = (
-    "Stopped (loop_detected): {tool} was called {repeats} times with the same arguments "
-    "within the last 12 calls."
-)
 
 
 def hash_only_model(
