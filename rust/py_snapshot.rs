@@ -125,30 +125,53 @@ fn config_digest(config: &[u8]) -> [u8; 8] {
 /// a few configurations, and past this many the memory starts over.
 const CONFIGS: usize = 64;
 
-type Configs = Mutex<HashMap<Box<[u8]>, Arc<GuardConfig>>>;
-static BUILT: PyOnceLock<Configs> = PyOnceLock::new();
+#[derive(Default)]
+struct Configs {
+    /// The one restored last, compared first: a worker restores one configuration over and
+    /// over, and comparing its bytes is a fraction of hashing them for the map.
+    last: Option<Arc<GuardConfig>>,
+    by_bytes: HashMap<Box<[u8]>, Arc<GuardConfig>>,
+}
+
+static BUILT: PyOnceLock<Mutex<Configs>> = PyOnceLock::new();
 
 fn config_for(py: Python<'_>, written: &[u8]) -> PyResult<Arc<GuardConfig>> {
-    let built = BUILT.get_or_init(py, Configs::default);
+    let built = BUILT.get_or_init(py, Mutex::default);
     let lock = || {
         built
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     };
-    if let Some(config) = lock().get(written) {
-        return Ok(config.clone());
+    let found = {
+        let mut configs = lock();
+        if let Some(last) = &configs.last {
+            if last
+                .written
+                .get()
+                .is_some_and(|(bytes, _)| **bytes == *written)
+            {
+                return Ok(last.clone());
+            }
+        }
+        let config = configs.by_bytes.get(written).cloned();
+        config.map(|config| (config.clone(), configs.last.replace(config)))
+    };
+    if let Some((config, previous)) = found {
+        // Dropped after the lock is released (see below).
+        drop(previous);
+        return Ok(config);
     }
     // Built with no lock held: this runs the reference's checks.
     let config = Arc::new(build_config(py, written)?);
     let forgotten = {
-        let mut map = lock();
-        let forgotten = if map.len() >= CONFIGS {
-            std::mem::take(&mut *map)
+        let mut configs = lock();
+        let forgotten = if configs.by_bytes.len() >= CONFIGS {
+            std::mem::take(&mut configs.by_bytes)
         } else {
             HashMap::new()
         };
-        map.insert(written.into(), config.clone());
-        forgotten
+        configs.by_bytes.insert(written.into(), config.clone());
+        (forgotten, configs.last.replace(config.clone()))
     };
     // Dropped after the lock is released: dropping Python objects can run Python code.
     drop(forgotten);

@@ -128,7 +128,7 @@ impl<'a> Reader<'a> {
         &self.data[start.min(end)..end]
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let Some((chunk, rest)) = self.rest.split_at_checked(n) else {
             return truncated();
@@ -162,7 +162,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A minimal LEB128 number of at most 10 bytes, no more than `limit`.
-    #[inline]
+    #[inline(always)]
     pub fn varint_max(&mut self, limit: u64) -> Result<u64> {
         // Nearly every number in a snapshot is one byte: lengths, counts, flags' neighbours.
         if let Some((&byte, rest)) = self.rest.split_first() {
@@ -203,19 +203,19 @@ impl<'a> Reader<'a> {
         self.varint_max(u64::MAX)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u32(&mut self) -> Result<u32> {
         Ok(self.varint_max(u64::from(u32::MAX))? as u32)
     }
 
     /// A count of items, each at least a byte long, so never more than the bytes left.
-    #[inline]
+    #[inline(always)]
     pub fn count(&mut self, limit: usize) -> Result<usize> {
         let limit = limit.min(self.remaining());
         Ok(self.varint_max(limit as u64)? as usize)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn key(&mut self) -> Result<Key> {
         let Some((bytes, rest)) = self.rest.split_first_chunk::<8>() else {
             return truncated();
@@ -224,21 +224,48 @@ impl<'a> Reader<'a> {
         Ok(u64::from_be_bytes(*bytes))
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
         let len = self.count(usize::MAX)?;
         self.take(len)
     }
 
     /// A text: WTF-8, as Python's "surrogatepass" writes a str.
-    #[inline]
+    #[inline(always)]
     pub fn text(&mut self) -> Result<&'a [u8]> {
-        let bytes = self.bytes()?;
-        if !is_wtf8(bytes) {
+        let len = self.count(usize::MAX)?;
+        let from = self.rest;
+        let bytes = self.take(len)?;
+        // A snapshot holds hundreds of short texts (call ids twice, tool names), nearly all
+        // ASCII: checked by whole words read from the bytes that follow anyway.
+        if !ascii_prefix(from, len) && !is_wtf8_beyond_ascii(bytes) {
             return fail("a text is not UTF-8");
         }
         Ok(bytes)
     }
+}
+
+/// Whether the first `len` bytes of `from` (it has at least `len`) are all ASCII. A text of
+/// up to 16 bytes is one or two 8-byte loads: within `from` when it has 8 bytes more, the
+/// bytes past the text masked off; `[u8]::is_ascii` goes byte by byte below a word.
+#[inline(always)]
+fn ascii_prefix(from: &[u8], len: usize) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |at: usize| {
+        let rest = from.get(at..)?;
+        rest.first_chunk::<8>().map(|w| u64::from_le_bytes(*w))
+    };
+    if len <= 8 {
+        if let Some(first) = word(0) {
+            let mask = ((1u128 << (8 * len)) - 1) as u64;
+            return first & mask & HIGH == 0;
+        }
+    } else if len <= 16 {
+        if let (Some(first), Some(last)) = (word(0), word(len - 8)) {
+            return (first | last) & HIGH == 0;
+        }
+    }
+    from[..len].is_ascii()
 }
 
 /// True for UTF-8 that may hold lone surrogates in their 3-byte form (what Python's
@@ -1116,6 +1143,30 @@ mod tests {
         assert!(!is_wtf8(b"\xc0\x80"));
         assert!(!is_wtf8(b"\xf4\x90\x80\x80"));
         assert!(!is_wtf8(b"\xe2\x82"));
+    }
+
+    #[test]
+    fn texts_are_checked_whole_whatever_follows_them() {
+        // Every length up to past two words, a high byte at each place in the text or just
+        // after it, and the text last in the bytes or followed by more.
+        for len in 0..20 {
+            for high in 0..=len {
+                for after in [0, 3, 8, 12] {
+                    let mut text = vec![b'a'; len];
+                    let mut tail = vec![b'b'; after];
+                    if high < len {
+                        text[high] = 0xff;
+                    } else if let Some(first) = tail.first_mut() {
+                        *first = 0xff;
+                    }
+                    let mut out = Writer::default();
+                    out.bytes(&text);
+                    out.raw(&tail);
+                    let read = Reader::new(&out.out).text();
+                    assert_eq!(read.is_ok(), high >= len, "{len} {high} {after}");
+                }
+            }
+        }
     }
 
     #[test]
