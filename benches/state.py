@@ -3,15 +3,18 @@ on loopback next to a bare PING. Prints times and ratios; asserts nothing about 
 
     python benches/state.py            # needs redis-server on PATH for the second part
 
-A full guard: a window of 12 full, 128 call ids remembered (the most it keeps). Targets:
+A full guard: a window of 12 full, 128 call ids remembered (the most it keeps), the ids short
+(``call_0001``) and, natively, as long as OpenAI's (29 bytes). Targets:
 snapshot and restore each under 5 us natively; a RedisGuard check's p50 at most 2.5x PING's.
 """
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import statistics
+import string
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,10 +28,15 @@ except ImportError:  # pragma: no cover
     native = None
 
 
-def full(module: Any) -> Any:
+def openai_id(i: int) -> str:
+    """A call id as OpenAI's API gives them: ``call_`` and 24 letters and digits."""
+    return "call_" + "".join(random.Random(i).choices(string.ascii_letters + string.digits, k=24))
+
+
+def full(module: Any, call_id: Callable[[int], str] = lambda i: f"call_{i:04d}") -> Any:
     guard = module.Guard(tools={"get_logs": "read", "deploy": "write"})
     for i in range(140):
-        verdict = guard.check("deploy", {"n": i}, call_id=f"call_{i:04d}")
+        verdict = guard.check("deploy", {"n": i}, call_id=call_id(i))
         guard.observe(verdict, f"ok {i % 3}")
     return guard
 
@@ -47,10 +55,16 @@ def per_call(fn: Callable[[], Any], n: int) -> list[float]:
 def snapshots() -> None:
     print("snapshot / restore of a full guard (window 12 full, 128 call ids), us per call")
     rows = []
-    for name, module in (("native", native), ("reference", tripwire.reference)):
+    cases: list[tuple[str, Any, Callable[[int], str]]] = [
+        ("native", native, lambda i: f"call_{i:04d}"),
+        ("reference", tripwire.reference, lambda i: f"call_{i:04d}"),
+        # The same with ids as long as real ones (29 bytes, where call_0001 is 9).
+        ("native, OpenAI ids", native, openai_id),
+    ]
+    for name, module, call_id in cases:
         if module is None:
             continue
-        guard = full(module)
+        guard = full(module, call_id)
         data = guard.snapshot()
         state = guard.snapshot(state_only=True)
         twin = module.Guard(tools={"get_logs": "read", "deploy": "write"})
@@ -69,7 +83,7 @@ def snapshots() -> None:
         if name == "reference" and native is not None:
             base = next(m for n, w, m in rows if n == "native" and w == what)
             ratio = f"  ({median / base:.0f}x native)"
-        print(f"  {name:10} {what:22} {median:8.2f}{ratio}")
+        print(f"  {name:18} {what:22} {median:8.2f}{ratio}")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -247,25 +247,53 @@ impl Hasher for Fnv {
 /// A map keyed by tool names.
 pub type NameMap<V> = HashMap<Box<[u8]>, V, BuildHasherDefault<Fnv>>;
 
-/// A hash for call ids, eight bytes at a time, each word mixed in with a folded 64x64->128
-/// multiply (as foldhash and wyhash do), so every input bit reaches every output bit. It is
-/// not keyed: ids come from the model, so someone could choose ids that collide. That costs
-/// little here: the call-id memory holds at most [`CALL_ID_MEMORY`] ids, so a lookup among
-/// ids that all collide compares at most 128 of them (about a microsecond), and a collision
-/// is only ever slower, never wrong (the map compares the ids themselves). SipHash, the
-/// default, was a tenth of a restore's time (128 ids hashed on every `load`).
-#[derive(Default)]
-pub struct IdHash(u64);
-
-impl IdHash {
-    #[inline]
-    fn mix(&mut self, word: u64) {
-        let product = u128::from(self.0 ^ word) * u128::from(0x9e37_79b9_7f4a_7c15u64);
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
+/// The call-id memory's hash of an id: 16 bytes at a time, as two words folded together by a
+/// 64x64->128 multiply (as foldhash and wyhash do), so every input bit reaches the top bits
+/// the table indexes by. Two words a multiply keeps the chain of dependent multiplies short:
+/// a 29-byte OpenAI id is two, where a multiply a word made it five, and hashing was a third
+/// of restoring 128 such ids. It is not keyed: ids come from the model, so someone could
+/// choose ids that collide. That costs little here: the memory holds at most
+/// [`CALL_ID_MEMORY`] ids, so a lookup among ids that all collide compares at most 128 of
+/// them (about a microsecond), and a collision is only ever slower, never wrong (the table
+/// compares the ids themselves).
+#[inline]
+pub(crate) fn id_hash(id: &[u8]) -> u64 {
+    const SEED: u64 = 0x243f_6a88_85a3_08d3;
+    const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+    let n = id.len();
+    // The length in the seed tells "a" from "a\0" (short ids are zero-padded).
+    let mut state = SEED ^ n as u64;
+    let (first, last) = match n {
+        0 => (0, 0),
+        1..=8 => (tail_word(id), 0),
+        9..=16 => (word_at(id, 0), word_at(id, n - 8)),
+        _ => {
+            let mut at = 0;
+            while at + 16 < n {
+                state = fold(word_at(id, at) ^ state, word_at(id, at + 8) ^ MIX);
+                at += 16;
+            }
+            (word_at(id, n - 16), word_at(id, n - 8))
+        }
+    };
+    fold(first ^ state, last ^ MIX)
 }
 
-/// The 1 to 7 bytes of `tail` as a little-endian word, zero-padded. Read as two
+#[inline]
+fn fold(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// The 8 bytes of `bytes` from `at`, little-endian.
+#[inline]
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut array = [0u8; 8];
+    array.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(array)
+}
+
+/// The 1 to 8 bytes of `tail` as a little-endian word, zero-padded. Read as two
 /// overlapping loads (or three bytes), not copied into a zeroed array: that copy is a call
 /// to `memcpy` whose stores the next load waits on (a stalled store forward), which was
 /// the costliest part of hashing a restored id.
@@ -286,47 +314,10 @@ fn tail_word(tail: &[u8]) -> u64 {
     }
 }
 
-impl Hasher for IdHash {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            let mut array = [0u8; 8];
-            array.copy_from_slice(word);
-            self.mix(u64::from_le_bytes(array));
-        }
-        let tail = words.remainder();
-        if !tail.is_empty() {
-            // Zero-padded: the length, hashed first (`write_usize`), tells "a" from "a\0".
-            self.mix(tail_word(tail));
-        }
-    }
-
-    #[inline]
-    fn write_usize(&mut self, n: usize) {
-        // A seed in the first word: a zero state would stay zero over zero words.
-        self.mix(n as u64 ^ 0x243f_6a88_85a3_08d3);
-    }
-}
-
 /// A call id as the call-id memory keeps it: inline up to 32 bytes (OpenAI's `call_...`
 /// and Anthropic's `toolu_...` ids are about 30), so remembering one, or restoring 128 of
 /// them, allocates nothing per id; the map and the order each hold a copy.
 pub type CallId = SmallVec<[u8; 32]>;
-
-/// The call-id memory's hash of an id ([`IdHash`], length first, as a `HashMap` hashed it).
-#[inline]
-pub(crate) fn id_hash(id: &[u8]) -> u64 {
-    let mut hasher = IdHash::default();
-    hasher.write_usize(id.len());
-    hasher.write(id);
-    hasher.finish()
-}
 
 /// Slots of the call-id memory's table: a power of two at least twice [`CALL_ID_MEMORY`],
 /// so it is never more than half full and a probe stays short.
@@ -1481,7 +1472,7 @@ mod tests {
 
     #[test]
     fn a_tail_word_is_the_zero_padded_bytes() {
-        for n in 1..8 {
+        for n in 1..=8 {
             let tail: Vec<u8> = (1..=n as u8).map(|b| b * 17).collect();
             let mut array = [0u8; 8];
             array[..n].copy_from_slice(&tail);
@@ -1491,17 +1482,15 @@ mod tests {
 
     #[test]
     fn call_id_hashes_spread() {
-        use std::hash::BuildHasher;
-        let hash = |id: &[u8]| BuildHasherDefault::<IdHash>::default().hash_one(id);
-        // Ids that differ in one byte anywhere (the last of a word, a tail, the length)
-        // differ in the low bits a table indexes by.
+        // Ids that differ in one byte anywhere (in a word, a tail, a chunk before the last
+        // 16 bytes) differ in the top bits the table indexes by.
         let mut seen = std::collections::HashSet::new();
-        for len in [1usize, 7, 8, 9, 16, 29, 32] {
+        for len in [1usize, 7, 8, 9, 16, 17, 29, 32, 40, 64] {
             for at in 0..len {
                 for byte in [b'0', b'1', b'z'] {
                     let mut id = vec![b'a'; len];
                     id[at] = byte;
-                    seen.insert((id.clone(), hash(&id) & 0xfff));
+                    seen.insert((id.clone(), id_hash(&id) >> 52));
                 }
             }
         }
@@ -1512,7 +1501,8 @@ mod tests {
             distinct.len(),
             seen.len()
         );
-        assert_ne!(hash(b"a"), hash(b"a\0"));
+        assert_ne!(id_hash(b"a"), id_hash(b"a\0"));
+        assert_ne!(id_hash(b""), id_hash(b"\0"));
     }
 
     #[test]
