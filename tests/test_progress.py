@@ -381,6 +381,37 @@ def test_a_write_in_between_resets_even_an_unchanged_read(tw: ModuleType) -> Non
         guard.observe(write, "wrote 1 byte")
 
 
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("get_logs", "read"),
+        ("getUser", "read"),
+        ("search-docs", "read"),
+        ("cancel_reservation", "write"),
+        ("github.create_issue", "write"),
+        ("mcp__github__create_issue", "write"),
+        # <service>_<verb>_<object>: the reference Slack MCP server, mcp-server-kubernetes.
+        ("slack_get_channel_history", "read"),
+        ("slack_post_message", "write"),
+        ("kubectl_get", "read"),
+        ("kubectl_get_pods", "read"),
+        ("kubectl_apply", "write"),
+        # A provider's server tool, by its exact name: a search's answer moves on its own.
+        ("web_search", "volatile"),
+        ("file_search", "read"),
+        # No verb in the first two words: no policy (each repeat judged by its result).
+        ("slack_reply_to_thread", None),
+        ("kubectl_logs", None),
+        ("job_status", None),
+        ("deploy", None),
+        ("restart_the_service", None),
+    ],
+)
+def test_a_name_says_its_policy_by_its_verb(tw: ModuleType, name: str, kind: str | None) -> None:
+    inferred = tw.Guard().policy_of(name)
+    assert inferred == ((kind, "name") if kind else (None, None))
+
+
 @pytest.mark.parametrize("between", ["inferred-read", "read", "volatile"])
 def test_only_a_write_is_progress(tw: ModuleType, between: str) -> None:
     tools = {"status": "read", "lookup": "read", "clock": "volatile"}

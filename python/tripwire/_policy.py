@@ -209,10 +209,14 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     "replace": ("write", _KEEP),
     "run_shell_command": (None, "collapse"),
     "save_memory": ("write", "collapse"),
+    # The providers' own server tools (Anthropic's web_search and web_fetch, OpenAI's hosted
+    # web_search): a search's answer moves on its own, as WebSearch's does.
+    "web_search": ("volatile", "collapse"),
 }
 
-# A tool name's first word (snake_case, camelCase, kebab-case, dotted or namespaced MCP
-# names such as "github.create_issue" or "mcp__github__create_issue" use the last part).
+# A tool name's verb (snake_case, camelCase, kebab-case, dotted or namespaced MCP names such
+# as "github.create_issue" or "mcp__github__create_issue" use the last part): its first word,
+# or its second after a first that is no verb.
 _WRITE_VERBS: Final = frozenset(
     [
         "write",
@@ -260,10 +264,17 @@ _READ_VERBS: Final = frozenset(
 _WORD: Final = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
-def _first_word(name: str) -> str:
+def _verb(name: str) -> str:
+    """The word of a tool's name that says what it does: the first, or the second where the
+    first is no verb. Many MCP servers name their tools ``<service>_<verb>_<object>``: the
+    reference Slack server's ``slack_get_channel_history`` and ``slack_post_message``,
+    mcp-server-kubernetes' ``kubectl_get`` and ``kubectl_apply``."""
     last = re.split(r"__|[./:]", name)[-1]
-    match = _WORD.search(last)
-    return match.group(0).lower() if match else ""
+    words = [match.group(0).lower() for match in _WORD.finditer(last)][:2]
+    for word in words:
+        if word in _WRITE_VERBS or word in _READ_VERBS:
+            return word
+    return words[0] if words else ""
 
 
 def _from_definition(definition: Any) -> tuple[str, Policy | None] | None:
@@ -336,7 +347,7 @@ def _by_name(name: str) -> ToolPolicy | None:
     if known is not None:
         kind, whitespace = known
     else:
-        verb = _first_word(name)
+        verb = _verb(name)
         kind = "write" if verb in _WRITE_VERBS else "read" if verb in _READ_VERBS else None
         if kind is None:
             return None
