@@ -237,7 +237,7 @@ impl<'a> Reader<'a> {
         let from = self.rest;
         let bytes = self.take(len)?;
         // A snapshot holds hundreds of short texts (call ids twice, tool names), nearly all
-        // ASCII: checked by whole words read from the bytes that follow anyway.
+        // ASCII: checked a word at a time (`ascii_prefix`).
         if !ascii_prefix(from, len) && !is_wtf8_beyond_ascii(bytes) {
             return fail("a text is not UTF-8");
         }
