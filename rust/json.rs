@@ -1275,5 +1275,7 @@ mod tests {
         assert!(!is_wtf8(&[0xe0, 0x80, 0x80]));
         assert!(!is_wtf8(&[0xff]));
         assert!(!is_wtf8(&[0xe2, 0x82]));
+        assert!(!is_wtf8(&[0xf4, 0x90, 0x80, 0x80]));
+        assert!(is_wtf8(b"bad\xed\xa0\x80tool"));
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use crate::guard::{
     Action, CallIds, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
 };
+use crate::json::is_wtf8;
 use crate::key::Key;
 
 pub const MAGIC: &[u8; 4] = b"TWGS";
@@ -238,7 +239,7 @@ impl<'a> Reader<'a> {
         let bytes = self.take(len)?;
         // A snapshot holds hundreds of short texts (call ids twice, tool names), nearly all
         // ASCII: checked a word at a time (`ascii_prefix`).
-        if !ascii_prefix(from, len) && !is_wtf8_beyond_ascii(bytes) {
+        if !ascii_prefix(from, len) && !is_wtf8(bytes) {
             return fail("a text is not UTF-8");
         }
         Ok(bytes)
@@ -273,45 +274,6 @@ fn ascii_prefix(from: &[u8], len: usize) -> bool {
         return seen & HIGH == 0;
     }
     from[..len].is_ascii()
-}
-
-/// True for UTF-8 that may hold lone surrogates in their 3-byte form (what Python's
-/// "surrogatepass" decodes): the code points of any Python str, and nothing else.
-#[inline]
-pub fn is_wtf8(bytes: &[u8]) -> bool {
-    // Tool names and call ids are ASCII: a word-at-a-time check, inlined.
-    bytes.is_ascii() || is_wtf8_beyond_ascii(bytes)
-}
-
-fn is_wtf8_beyond_ascii(bytes: &[u8]) -> bool {
-    if std::str::from_utf8(bytes).is_ok() {
-        return true;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        let lead = bytes[i];
-        let (len, low, high) = match lead {
-            0x00..=0x7f => (1, 0, 0),
-            0xc2..=0xdf => (2, 0x80, 0xbf),
-            0xe0 => (3, 0xa0, 0xbf),
-            // 0xed: surrogates (0xa0..=0xbf) included, which is the point.
-            0xe1..=0xef => (3, 0x80, 0xbf),
-            0xf0 => (4, 0x90, 0xbf),
-            0xf1..=0xf3 => (4, 0x80, 0xbf),
-            0xf4 => (4, 0x80, 0x8f),
-            _ => return false,
-        };
-        if len > 1 {
-            let Some(rest) = bytes.get(i + 1..i + len) else {
-                return false;
-            };
-            if !(low..=high).contains(&rest[0]) || rest[1..].iter().any(|b| b & 0xc0 != 0x80) {
-                return false;
-            }
-        }
-        i += len;
-    }
-    true
 }
 
 /// CRC-32 (zlib's), as Python's `zlib.crc32`.
@@ -1148,15 +1110,6 @@ mod tests {
             let (read, checked) = both(&bad);
             assert_eq!(read, checked, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn wtf8_is_utf8_and_lone_surrogates() {
-        assert!(is_wtf8("récupérer".as_bytes()));
-        assert!(is_wtf8(b"bad\xed\xa0\x80tool"));
-        assert!(!is_wtf8(b"\xc0\x80"));
-        assert!(!is_wtf8(b"\xf4\x90\x80\x80"));
-        assert!(!is_wtf8(b"\xe2\x82"));
     }
 
     #[test]
