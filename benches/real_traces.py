@@ -655,7 +655,71 @@ def real_loops(run: Run) -> set[str]:
 
 # -- replay ---------------------------------------------------------------------------------
 
-CONFIGS: Final = ("hash", "progress", "declared")
+CONFIGS: Final = ("hash", "progress", "declared", "3 in a row", "5 in a row")
+# The simplest peers' rules: stop at N identical calls in a row (opencode's doom_loop: 3;
+# Gemini CLI's loop detection: 5), no nudge, no results read.
+PEERS: Final = {"3 in a row": 3, "5 in a row": 5}
+
+
+class InARow:
+    """A peer's rule, for comparison: stop the Nth identical call (same tool, same raw
+    arguments) in a row."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.last: str | None = None
+        self.count = 0
+
+    def check(self, call: Call) -> str:
+        key = _same_call(call)
+        self.count = self.count + 1 if key == self.last else 1
+        self.last = key
+        return "stop" if self.count >= self.limit else "allow"
+
+
+def _may_change(name: str, policies: dict[str, Any]) -> bool:
+    """Whether a call of this tool could change the world, by the policy the zero-config
+    guard infers for it (a write, a shell, or a tool of unknown kind)."""
+    if name not in policies:
+        policies[name] = tripwire.Guard().policy_of(name)[0]
+    return policies[name] in (None, "write", "shell")
+
+
+def _outcome(call: Call) -> tuple[bool, str] | None:
+    return (_failed(call), _text(call.result)) if call.has_result else None
+
+
+def justified(calls: list[Call], at: int, stop_at: int, policies: dict[str, Any]) -> bool:
+    """Whether the trace shows the evidence a stop at ``calls[at]`` needs (issue 25): the
+    stopped call (its raw arguments) made at least ``stop_at - 1`` times before, each time
+    with one identical result or error, and nothing between that could change the world; or
+    two laps of a cycle with the same results, the stopped call starting a third. The
+    trace's own results count, whatever the guard said of those calls."""
+    stopped = _same_call(calls[at])
+    seen: list[tuple[bool, str] | None] = []
+    for call in reversed(calls[:at]):
+        if _same_call(call) == stopped:
+            seen.append(_outcome(call))
+            if len(seen) >= stop_at - 1:
+                break
+        elif _may_change(call.name, policies):
+            break
+    if len(seen) >= stop_at - 1 and seen[0] is not None and all(o == seen[0] for o in seen):
+        return True
+    for period in range(2, at // 2 + 1):
+        first, second = calls[at - 2 * period : at - period], calls[at - period : at]
+        if _same_call(first[0]) != stopped:
+            continue
+        if len({_same_call(c) for c in first}) < 2:
+            continue
+        if all(
+            _same_call(a) == _same_call(b)
+            and _outcome(a) is not None
+            and _outcome(a) == _outcome(b)
+            for a, b in zip(first, second, strict=True)
+        ):
+            return True
+    return False
 
 
 class Unsupported(Exception):
@@ -693,6 +757,7 @@ def make_guard(config: str, source: str, notes: set[str]) -> Any:
 
 
 CONTEXT: Final = 4  # calls shown before a nudge or stop in ``--nudges``
+STOP_AT: Final = 3  # the guards' default, which the bench replays with
 
 
 def _show(call: Call, width: int = 100) -> str:
@@ -720,6 +785,8 @@ class Stop:
     # The trace itself shows this call looping (``real_loops``): a stop that is right about
     # the loop, in a run that got over it.
     looped: bool = False
+    # The trace shows the evidence the stop needs (``justified``).
+    justified: bool = False
 
 
 @dataclass(slots=True)
@@ -741,6 +808,8 @@ class Tally:
     assumed_runs: int = 0
     healthy_calls: int = 0
     healthy_stops: int = 0
+    unjustified: int = 0
+    successful_stops: int = 0
     healthy_nudges: int = 0
     loops: int = 0
     loops_answered: int = 0
@@ -749,9 +818,25 @@ class Tally:
     nudged: list[Nudge] = field(default_factory=list)  # in healthy runs
 
 
+def replay_peer(run: Run, config: str) -> tuple[list[Nudge], Stop | None, set[str]]:
+    """``replay`` for a peer's rule (``PEERS``): it only stops, and reads no result."""
+    rule = InARow(PEERS[config])
+    flat = [call for step in run.steps for call in step.calls]
+    for at, call in enumerate(flat):
+        if rule.check(call) == "stop":
+            stop = Stop(run.file, run.name, at, call.name, "loop_detected", "", [])
+            stop.justified = justified(flat, at, rule.limit, {})
+            return [], stop, {_same_call(call)}
+    return [], None, set()
+
+
 def replay(run: Run, config: str, notes: set[str]) -> tuple[list[Nudge], Stop | None, set[str]]:
     """Nudges, the stop (if any), and the keys (``_same_call``) the guard nudged or stopped."""
+    if config in PEERS:
+        return replay_peer(run, config)
     guard = make_guard(config, run.source, notes)
+    flat = [call for step in run.steps for call in step.calls]
+    position = 0
     observing = config != "hash"
     nudges: list[Nudge] = []
     flagged: set[str] = set()
@@ -767,6 +852,7 @@ def replay(run: Run, config: str, notes: set[str]) -> tuple[list[Nudge], Stop | 
                 seen.append(f"(user message x{step.users})")
         verdicts = guard.check_turn([(c.name, c.args, c.call_id) for c in step.calls])
         for call, verdict in zip(step.calls, verdicts, strict=True):
+            position += 1
             before = seen[-CONTEXT:]
             if verdict.action == "stop":
                 flagged.add(_same_call(call))
@@ -779,6 +865,7 @@ def replay(run: Run, config: str, notes: set[str]) -> tuple[list[Nudge], Stop | 
                     verdict.message or "",
                     [*before, f"STOP {_show(call)}"],
                 )
+                stop.justified = justified(flat, position - 1, STOP_AT, {})
                 return nudges, stop, flagged
             if verdict.action == "nudge":
                 flagged.add(_same_call(call))
@@ -839,6 +926,8 @@ def measure(
                     if stop is not None:
                         stop.looped = bool(loops & flagged)
                         tally.healthy_stops += 1
+                        tally.successful_stops += run.success is True
+                        tally.unjustified += not stop.justified
                         tally.stopped.append(stop)
                 if loops:
                     tally.loops += 1
@@ -858,7 +947,8 @@ HEADERS: Final = (
     "guard",
     "calls",
     "healthy runs (assumed)",
-    "stops in healthy runs",
+    "stops in healthy runs (successful)",
+    "unjustified",
     "nudges / 1k calls, healthy",
     "real loops answered",
 )
@@ -881,7 +971,8 @@ def rows(tallies: dict[tuple[str, str], Tally]) -> list[tuple[str, ...]]:
                     config,
                     str(tally.calls),
                     f"{tally.healthy_runs} ({tally.assumed_runs})",
-                    str(tally.healthy_stops),
+                    f"{tally.healthy_stops} ({tally.successful_stops})",
+                    str(tally.unjustified),
                     f"{rate:.1f}",
                     f"{tally.loops_answered} of {tally.loops}",
                 )
@@ -914,6 +1005,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
     parser.add_argument("--seed", type=int, default=16, help="seed of the injected faults")
     parser.add_argument("--no-faults", action="store_true", help="skip the injected-fault rows")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the progress guard misses a target"
+    )
     parser.add_argument(
         "--nudges",
         nargs="?",
@@ -948,7 +1042,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "healthy = labelled success, or unlabelled and assumed healthy (in brackets); "
-        "targets: 0 stops, < 5 nudges per 1k calls, every real loop answered\n"
+        "targets (progress guard, issue 25): 0 unjustified stops in healthy runs, < 3 nudges "
+        "per 1k calls, every real loop answered, and no more successful runs stopped than by "
+        '"3 in a row"\n'
     )
     print(render(rows(tallies), args.markdown))
     for note in notes:
@@ -956,7 +1052,32 @@ def main(argv: list[str] | None = None) -> int:
     _print_details(tallies)
     if args.nudges:
         _print_nudges(tallies, args.nudges)
-    return 0
+    missed = targets_missed(tallies)
+    for line in missed:
+        print(f"\ntarget missed: {line}")
+    return 1 if missed and args.check else 0
+
+
+def targets_missed(tallies: dict[tuple[str, str], Tally]) -> list[str]:
+    """What the zero-config progress guard misses of issue 25's targets, on every group."""
+    missed: list[str] = []
+    for (group, config), tally in tallies.items():
+        if config != "progress":
+            continue
+        if tally.unjustified:
+            missed.append(f"{group}: {tally.unjustified} unjustified stops in healthy runs")
+        if tally.healthy_calls and 1000 * tally.healthy_nudges / tally.healthy_calls >= 3.0:
+            if group.startswith("all"):
+                missed.append(f"{group}: {tally.healthy_nudges} nudges in healthy runs")
+        if tally.loops_answered < tally.loops:
+            missed.append(f"{group}: {tally.loops - tally.loops_answered} real loops missed")
+        peer = tallies.get((group, "3 in a row"))
+        if peer is not None and tally.successful_stops > peer.successful_stops:
+            missed.append(
+                f"{group}: {tally.successful_stops} successful runs stopped, "
+                f'"3 in a row" stops {peer.successful_stops}'
+            )
+    return missed
 
 
 def _print_details(tallies: dict[tuple[str, str], Tally]) -> None:
@@ -967,6 +1088,7 @@ def _print_details(tallies: dict[tuple[str, str], Tally]) -> None:
             print(f"\nstopped while healthy: {group}, {config} guard")
             for stop in tally.stopped:
                 looped = ", a real loop in the trace" if stop.looped else ""
+                looped += ", justified" if stop.justified else ", UNJUSTIFIED"
                 print(
                     f"  {stop.file} :: {stop.run} :: step {stop.step} :: {stop.tool} "
                     f"({stop.reason}{looped})"

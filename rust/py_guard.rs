@@ -2,6 +2,8 @@
 //! messages mirror `tripwire/_guard.py`, the reference.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -12,8 +14,8 @@ use smallvec::SmallVec;
 
 use crate::canon::{self, Text};
 use crate::guard::{
-    Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Reason, Released, RunState,
-    ToolRule,
+    Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Question, Reason, Released,
+    RunState, ToolRule,
 };
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
@@ -96,6 +98,8 @@ struct GuardHelpers {
     verdict_message: Py<PyAny>,
     verbatim_key: Py<PyAny>,
     verbatim_key_json: Py<PyAny>,
+    /// What a call asks (`tripwire._question`), told only where a rule may need it.
+    question_of: Py<PyAny>,
 }
 
 static GUARD_HELPERS: PyOnceLock<GuardHelpers> = PyOnceLock::new();
@@ -116,6 +120,10 @@ fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
             verdict_message: guard.getattr("verdict_message")?.unbind(),
             verbatim_key: keys.getattr("verbatim_key")?.unbind(),
             verbatim_key_json: keys.getattr("verbatim_key_json")?.unbind(),
+            question_of: py
+                .import("tripwire._question")?
+                .getattr("question_of")?
+                .unbind(),
         })
     })
 }
@@ -139,6 +147,13 @@ struct Prepared<'py> {
     cacheable: bool,
     call_id: Option<CallId>,
     invalid_arguments: Option<Py<PyString>>,
+    /// What the call asks, where it was told (see `Guard::question`).
+    question: Option<Question>,
+    /// Its arguments, held by the state until its result is observed if its question was
+    /// not told.
+    args: Bound<'py, PyAny>,
+    /// The arguments are JSON text.
+    text: bool,
 }
 
 /// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
@@ -427,6 +442,38 @@ pub struct Guard {
     /// while Python code runs.
     inferred: Mutex<NameMap<Option<Arc<ToolSpec>>>>,
     pub(crate) state: Mutex<State>,
+    /// The state's `wants` as it was when the lock was last let go (`Locked`): read before
+    /// the lock is taken, to tell a call's question (which runs Python code) only where a
+    /// rule may need it.
+    wants: AtomicBool,
+}
+
+/// The run state, locked; when let go, it leaves whether a new call's question must be told
+/// where a check can read it without the lock.
+pub(crate) struct Locked<'a> {
+    state: MutexGuard<'a, State>,
+    wants: &'a AtomicBool,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a check that reads a stale value only tells a question it need not, or
+        // leaves one untold (then the rules read the call as asking another question).
+        self.wants.store(self.state.wants, Ordering::Relaxed);
+    }
 }
 
 /// What a guard is made with, as checked by the reference's helpers.
@@ -514,7 +561,8 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
         rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
         keep_whitespace: whitespace == "keep",
         cacheable: policy_kind == Some(Policy::Read) && source == "declared",
-        plain_empties: !empty_answers && empty_digests == 0,
+        // A shell's results are never empty: the reference's reader decides them.
+        plain_empties: !empty_answers && empty_digests == 0 && policy_kind != Some(Policy::Shell),
         policy: policy.unbind(),
     })
 }
@@ -525,15 +573,84 @@ impl Guard {
             config,
             inferred: Mutex::new(NameMap::default()),
             state: Mutex::new(State::default()),
+            wants: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> Locked<'_> {
         // A panic cannot happen while the lock is held (no user data is unwrapped there), but
         // if one ever did, the state is still consistent at every await-free step: go on.
-        self.state
+        let state = self
+            .state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Locked {
+            state,
+            wants: &self.wants,
+        }
+    }
+
+    /// What a call asks (the reference's `Guard._question`), told only while a result in
+    /// the window came back empty or failed.
+    fn question(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        args: &Bound<'_, PyAny>,
+        text: bool,
+    ) -> PyResult<Option<Question>> {
+        if !self.wants.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        self.told_question(py, name, args, text)
+    }
+
+    /// Tells the questions of the calls whose arguments the state holds, and keeps them in
+    /// their entries instead (before a snapshot: the reference's `_tell_questions`).
+    pub(crate) fn tell_questions(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.lock().take_args();
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let mut told = Vec::with_capacity(taken.len());
+        for (step, key, tool, args, text) in &taken {
+            let name = self.lock().tool_name(*tool).map(|n| n.clone_ref(py));
+            let Some(name) = name else { continue };
+            let question = self.told_question(py, name.bind(py), args.bind(py), *text)?;
+            told.push((*step, *key, question));
+        }
+        let mut state = self.lock();
+        for (step, key, question) in told {
+            state.set_question(step, key, question);
+        }
+        drop(state);
+        drop(taken);
+        Ok(())
+    }
+
+    /// The reference's `question_of`, converted.
+    fn told_question(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        args: &Bound<'_, PyAny>,
+        text: bool,
+    ) -> PyResult<Option<Question>> {
+        let told = guard_helpers(py)?.question_of.bind(py).call1((
+            name,
+            args,
+            text,
+            self.config.volatile.set(py),
+        ))?;
+        let told: Option<(String, String, String)> = told.extract()?;
+        told.map(|(raw, shape, form)| {
+            Ok(Question {
+                raw: parse_digest(&raw)?,
+                shape: parse_digest(&shape)?,
+                form: parse_digest(&form)?,
+            })
+        })
+        .transpose()
     }
 
     /// The policy of a tool: declared, else inferred (once per tool name, by the reference's
@@ -668,6 +785,7 @@ impl Guard {
         } else {
             (canonical_key(py, name, args, &self.config.volatile)?, None)
         };
+        let question = self.question(py, &exact, args, text)?;
         Ok(Prepared {
             name: exact,
             name_bytes,
@@ -676,6 +794,9 @@ impl Guard {
             cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
             call_id,
             invalid_arguments,
+            question,
+            args: args.clone(),
+            text,
         })
     }
 
@@ -707,6 +828,9 @@ impl Guard {
             cacheable,
             call_id,
             invalid_arguments,
+            question,
+            args,
+            text,
         } = call;
         let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
         let policy = rule.map(|r| r.policy);
@@ -723,7 +847,7 @@ impl Guard {
             ));
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
-        let decision: Decision = state.decide(&self.config.limits, key, tool, rule);
+        let decision: Decision = state.decide(&self.config.limits, key, rule, *question);
         let error = |digest: &Key| match state.error_text(*digest) {
             Some(text) => text.clone_ref(py),
             None => PyString::new(py, "").unbind(),
@@ -759,6 +883,9 @@ impl Guard {
             .then(|| Stored::Live(Box::new(verdict.copy(py, None, None))));
         let remembered =
             call_id.map(|c| (&*c.bytes, Stored::Live(Box::new(verdict.duplicate(py)))));
+        // Held as given, with whether it is JSON text, for the question to be told from.
+        let held = (question.is_none() && decision.action == Action::Allow)
+            .then(|| (args.clone().unbind(), *text));
         released.absorb(state.commit(
             &self.config.limits,
             key,
@@ -767,6 +894,8 @@ impl Guard {
             policy,
             latched,
             remembered,
+            *question,
+            held,
         ));
         Ok(verdict)
     }
@@ -1075,8 +1204,16 @@ impl Guard {
                         );
                         if let Some(c) = call_id {
                             let step = copy.step;
+                            let answered = copy.action == Action::Nudge;
                             let remembered = Stored::Live(Box::new(copy.duplicate(py)));
-                            state.remember(&c.bytes, call.key, step, remembered, &mut released);
+                            state.remember(
+                                &c.bytes,
+                                call.key,
+                                step,
+                                remembered,
+                                answered,
+                                &mut released,
+                            );
                         }
                         verdicts.push(copy);
                     }
@@ -1119,7 +1256,7 @@ impl Guard {
     }
 
     /// Tells the guard what an allowed call returned (see the reference's `observe`).
-    #[pyo3(signature = (verdict, result, /, *, error = None, transient = None))]
+    #[pyo3(signature = (verdict, result, /, *, error = None, transient = None, args = None))]
     fn observe(
         &self,
         py: Python<'_>,
@@ -1127,6 +1264,7 @@ impl Guard {
         result: &Bound<'_, PyAny>,
         error: Option<&Bound<'_, PyAny>>,
         transient: Option<&Bound<'_, PyAny>>,
+        args: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let verdict = verdict_arg("observe", verdict)?;
         let none = py.None().into_bound(py);
@@ -1152,10 +1290,28 @@ impl Guard {
             Some(id) => Some(wtf8_of(id.bind(py))?),
             None => None,
         };
-        let released = self
-            .lock()
-            .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
+        let (released, ask) =
+            self.lock()
+                .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
         drop(released);
+        let Some(held) = ask else {
+            return Ok(());
+        };
+        // What the call asked, told outside the lock (it reads the harness's objects) from
+        // the arguments given here, else those held since the check.
+        let (args, text) = match (args, held) {
+            (Some(args), _) => {
+                let text = args.is_instance_of::<PyString>()
+                    || args.is_instance_of::<pyo3::types::PyBytes>()
+                    || args.is_instance_of::<pyo3::types::PyByteArray>();
+                (args.clone(), text)
+            }
+            (None, Some((held, text))) => (held.into_bound(py), text),
+            (None, None) => return Ok(()),
+        };
+        let question = self.told_question(py, tool, &args, text)?;
+        self.lock()
+            .set_question(verdict.step, verdict.key, question);
         Ok(())
     }
 

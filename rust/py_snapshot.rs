@@ -359,6 +359,7 @@ pub(crate) fn snapshot<'py>(
     state_only: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (config, digest) = guard.config.written(py)?;
+    guard.tell_questions(py)?;
     // The state is written after the header, in place (`write_snapshot` makes room).
     let mut out = if state_only {
         frame_start(STATE_ONLY, digest, 0)

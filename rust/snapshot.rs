@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use crate::guard::{
-    Action, CallIds, Entry, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
+    Action, CallIds, Entry, Question, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
 };
 use crate::json::is_wtf8;
 use crate::key::Key;
@@ -31,6 +31,7 @@ const HAS_RESULT: u8 = 8;
 const EMPTY: u8 = 16;
 const FAILED: u8 = 32;
 const RETRY: u8 = 64;
+const QUESTION: u8 = 128;
 
 /// The head bit of a verdict with a cached result.
 pub const H_CACHED: u8 = 16;
@@ -663,7 +664,8 @@ impl<V, R, N> RunState<V, R, N> {
                 | bit(entry.result.is_some(), HAS_RESULT)
                 | bit(entry.empty, EMPTY)
                 | bit(entry.failed, FAILED)
-                | bit(entry.retry, RETRY));
+                | bit(entry.retry, RETRY)
+                | bit(entry.question.is_some(), QUESTION));
             if let Some(result) = entry.result {
                 out.key(result);
             }
@@ -673,6 +675,11 @@ impl<V, R, N> RunState<V, R, N> {
                     Some(text) => codec.write_text(out, text),
                     None => out.bytes(b""),
                 }
+            }
+            if let Some(question) = entry.question {
+                out.key(question.raw);
+                out.key(question.shape);
+                out.key(question.form);
             }
         }
         out.u8(u8::from(self.stopped.is_some()));
@@ -725,9 +732,6 @@ impl<V, R, N> RunState<V, R, N> {
             let step = reader.varint()?;
             let turn = reader.u32()?;
             let flags = reader.u8()?;
-            if flags & 0x80 != 0 {
-                return fail(format!("entry flags {flags:#x}"));
-            }
             let result = (flags & HAS_RESULT != 0)
                 .then(|| reader.key())
                 .transpose()?;
@@ -748,6 +752,15 @@ impl<V, R, N> RunState<V, R, N> {
                     }
                 }
             }
+            let question = if flags & QUESTION != 0 {
+                Some(Question {
+                    raw: reader.key()?,
+                    shape: reader.key()?,
+                    form: reader.key()?,
+                })
+            } else {
+                None
+            };
             let tool = state.intern_read(tool, codec)?;
             state.window.push_back(Entry {
                 key,
@@ -761,11 +774,13 @@ impl<V, R, N> RunState<V, R, N> {
                 empty: flags & EMPTY != 0,
                 failed,
                 retry: flags & RETRY != 0,
+                question,
             });
         }
         // Whether a result was observed is the shortcut past the progress rules, which
         // give the hash-only verdicts anyway while no entry has a result.
         state.observed = state.window.iter().any(|e| e.result.is_some());
+        state.wants = state.window.iter().any(Entry::marked);
         // The stop latch and the call ids are read from their own reader, so the positions
         // the codec keeps verdicts by are offsets into these bytes, copied once after.
         let mut part = Reader::new(reader.rest);
@@ -847,7 +862,7 @@ fn read_counts(reader: &mut Reader<'_>) -> Result<HashMap<Key, u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::{Limits, Outcome, Policy, ToolRule};
+    use crate::guard::{Limits, Outcome, Policy, Question, ToolRule};
 
     type Data = VerdictData<Vec<u8>>;
     type State = RunState<Data, Vec<u8>, Vec<u8>>;
@@ -946,7 +961,13 @@ mod tests {
             let tool = state.intern_tool(format!("tool{}", i % 3).as_bytes(), || b"t".to_vec());
             let key = i % 5;
             let rule = if i % 7 == 0 { poll } else { None };
-            let decision = state.decide(&limits, key, tool, rule);
+            // Every third call's question told, so snapshots carry questions too.
+            let question = (i % 3 == 0).then_some(Question {
+                raw: i,
+                shape: i % 2,
+                form: 5,
+            });
+            let decision = state.decide(&limits, key, rule, question);
             let id = format!("call-{i}");
             let remembered = Some((id.as_bytes(), verdict(decision.step, id.as_bytes())));
             let latched = None;
@@ -958,6 +979,8 @@ mod tests {
                 rule.map(|r| r.policy),
                 latched,
                 remembered,
+                question,
+                None,
             );
             let failed = i % 4 == 0;
             let outcome = Outcome {
@@ -1018,8 +1041,8 @@ mod tests {
         };
         for key in [1, 2, 3, 1, 1] {
             assert_eq!(
-                state.decide(&limits, key, 0, None),
-                back.decide(&limits, key, 0, None)
+                state.decide(&limits, key, None, None),
+                back.decide(&limits, key, None, None)
             );
         }
     }

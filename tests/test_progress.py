@@ -259,7 +259,7 @@ NUDGE_UNCHANGED = (
     "tool, or report what you have so far."
 )
 STOP_UNCHANGED = (
-    "Stopped (loop_detected): get_logs was called 4 times with the same arguments and the "
+    "Stopped (loop_detected): get_logs was called 5 times with the same arguments and the "
     "same result within the last 12 calls."
 )
 
@@ -267,6 +267,8 @@ STOP_UNCHANGED = (
 def test_unchanged_result_messages_say_so(tw: ModuleType) -> None:
     # "The result has not changed" once two equal results were seen (issue 16): with
     # nudge_at=3 the second call runs, and its result is the first's.
+    # After the nudge, the call is run once more (issue 25: a stop rests on a result seen
+    # after the nudge), and stopped when it has come back the same way stop_at - 1 times.
     guard = tw.Guard(nudge_at=3, stop_at=4, tools={"get_logs": "read"})
     ran = []
     for step in (4, 5):
@@ -274,25 +276,41 @@ def test_unchanged_result_messages_say_so(tw: ModuleType) -> None:
         guard.observe(verdict, [])
         ran.append(verdict.action)
     nudge = guard.check("get_logs", get_logs_args(6))
-    stop = guard.check("get_logs", get_logs_args(7))
-    assert (*ran, nudge.action, stop.action) == ("allow", "allow", "nudge", "stop")
-    assert (nudge.repeats, stop.repeats, stop.reason) == (3, 4, "loop_detected")
+    again = guard.check("get_logs", get_logs_args(7))
+    guard.observe(again, [])
+    stop = guard.check("get_logs", get_logs_args(8))
+    assert (*ran, nudge.action, again.action, stop.action) == (
+        "allow",
+        "allow",
+        "nudge",
+        "allow",
+        "stop",
+    )
+    assert (nudge.repeats, stop.repeats, stop.reason) == (3, 5, "loop_detected")
     assert nudge.message == NUDGE_UNCHANGED
     assert stop.message == STOP_UNCHANGED
 
 
 def test_one_observed_result_is_not_said_to_be_unchanged(tw: ModuleType) -> None:
     # One result seen, the repeat refused unseen: nothing is known to be unchanged, so the
-    # messages are the seed's (issue 16: the messages tell the truth).
+    # message is the seed's (issue 16: the messages tell the truth). Nor is one result the
+    # evidence a stop needs (issue 25): the call after the nudge is run, and the one after
+    # that, its result the first's again, is stopped, saying so.
     guard = tw.Guard(tools={"get_logs": "read"})
     first = guard.check("get_logs", get_logs_args(4))
     guard.observe(first, [])
     nudge = guard.check("get_logs", get_logs_args(5))
-    stop = guard.check("get_logs", get_logs_args(6))
-    assert (first.action, nudge.action, stop.action) == ("allow", "nudge", "stop")
-    assert (nudge.repeats, stop.repeats, stop.reason) == (2, 3, "loop_detected")
+    again = guard.check("get_logs", get_logs_args(6))
+    assert (first.action, nudge.action, again.action) == ("allow", "nudge", "allow")
+    assert nudge.repeats == 2
     assert nudge.message == HASH_NUDGE.format(tool="get_logs")
-    assert stop.message == HASH_STOP.format(tool="get_logs", repeats=3)
+    guard.observe(again, [])
+    stop = guard.check("get_logs", get_logs_args(7))
+    assert (stop.action, stop.reason, stop.repeats) == ("stop", "loop_detected", 4)
+    assert stop.message == (
+        "Stopped (loop_detected): get_logs was called 4 times with the same arguments and the "
+        "same result within the last 12 calls."
+    )
 
 
 def test_without_observe_the_messages_are_the_seeds(tw: ModuleType) -> None:
@@ -335,16 +353,18 @@ def test_a_changed_result_resets_the_count(tw: ModuleType) -> None:
 def test_unchanged_results_count_as_repeats(tw: ModuleType) -> None:
     guard = tw.Guard(nudge_at=3, stop_at=4, tools={"job_status": "volatile"})
     actions = []
-    for _ in range(4):
+    for _ in range(5):
         verdict = guard.check("job_status", {"job": "j-1"})
         actions.append((verdict.action, verdict.repeats, verdict.reason))
         if verdict.action == "allow":
             guard.observe(verdict, {"status": "queued"})
+    # After the nudge, one more run shows the nudge ignored (issue 25).
     assert actions == [
         ("allow", 1, None),
         ("allow", 2, None),
         ("nudge", 3, None),
-        ("stop", 4, "loop_detected"),
+        ("allow", 4, None),
+        ("stop", 5, "loop_detected"),
     ]
 
 
@@ -429,20 +449,21 @@ def test_only_a_write_is_progress(tw: ModuleType, between: str) -> None:
 def test_a_tool_of_unknown_kind_in_between_lets_the_repeat_run(tw: ModuleType) -> None:
     # Issue 16: a tool with no policy (infer=False here; a shell command in real runs) may
     # have changed the world, so the repeat after it is run and judged by its result: on
-    # real traces, `cat patch.txt` after a `sed -i` is a new question. It is still counted
-    # (no write ended the count), so with nothing between, the next repeat is refused, and
-    # having seen the same result, the guard says so.
+    # real traces, `cat patch.txt` after a `sed -i` is a new question. Issue 25: the count
+    # starts again after it (the trace shows nothing that says the world stayed the same),
+    # so the repeats are counted from there, nudged at the second and stopped once the
+    # result came back the same way after the nudge.
     guard = tw.Guard(tools={"status": "read"}, infer=False)
     guard.observe(guard.check("status", {"service": "checkout"}), {"version": "1.4.1"})
     guard.observe(guard.check("search_docs", {"q": 1}), [1])
     again = guard.check("status", {"service": "checkout"})
-    assert (again.action, again.repeats, again.message) == ("allow", 2, None)
+    assert (again.action, again.repeats, again.message) == ("allow", 1, None)
     guard.observe(again, {"version": "1.4.1"})
     nudge = guard.check("status", {"service": "checkout"})
-    # Counted since the first occurrence, across the possible change: one more, as for a
-    # tool that may change things itself (nudge before stop).
-    assert (nudge.action, nudge.repeats) == ("nudge", 3)
-    assert nudge.message is not None and "the result has not changed" in nudge.message
+    assert (nudge.action, nudge.repeats) == ("nudge", 2)
+    run = guard.check("status", {"service": "checkout"})
+    assert run.action == "allow"
+    guard.observe(run, {"version": "1.4.1"})
     stop = guard.check("status", {"service": "checkout"})
     assert (stop.action, stop.reason, stop.repeats) == ("stop", "loop_detected", 4)
     assert stop.message == (
@@ -719,7 +740,9 @@ def test_only_writes_let_the_reads_of_a_cycle_differ(
     if infer:
         assert (verdict.action, verdict.reason) == ("stop", "no_progress")
     else:
-        assert (verdict.action, verdict.reason, verdict.repeats) == ("allow", None, 3)
+        # Issue 25: the other edit (a tool of unknown kind) may have changed the world, so
+        # the count starts again after it.
+        assert (verdict.action, verdict.reason, verdict.repeats) == ("allow", None, 1)
 
 
 def test_a_cycle_needs_observed_results(tw: ModuleType) -> None:
@@ -744,8 +767,9 @@ EMPTY_NUDGE = (
     "3 calls to search_docs in a row returned nothing. Do not reword the same request again: "
     "try a different tool or approach, or report what you have so far."
 )
-# The count is of the calls that ran and came back empty: the nudged one is left out.
-EMPTY_STOP = "Stopped (no_progress): 3 calls to search_docs in a row returned nothing."
+# The count is of the calls that ran and came back empty: the nudged one is left out. The
+# stop comes after a search that ran after the nudge (issue 25), so four came back empty.
+EMPTY_STOP = "Stopped (no_progress): 4 calls to search_docs in a row returned nothing."
 # An envelope that a search API sends when it finds nothing.
 NO_HITS = {"results": [], "total": 0}
 MARKERS = ["No results", NO_HITS, ["-"]]
@@ -765,12 +789,14 @@ def _searches(
 
 
 def test_reworded_empty_searches_nudge_then_stop(tw: ModuleType) -> None:
+    # Issue 25: after the nudge, the next rewording runs; when it comes back empty too, the
+    # one after it is stopped.
     guard = tw.Guard(tools={"search_docs": "read"})
-    verdicts = _searches(guard, [[]] * 6)
-    assert [v.action for v in verdicts] == ["allow", "allow", "allow", "nudge", "stop", "stop"]
-    nudge, stop = verdicts[3], verdicts[4]
+    verdicts = _searches(guard, [[]] * 7)
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow", "stop", "stop"]
+    nudge, stop = verdicts[3], verdicts[5]
     assert nudge.message == EMPTY_NUDGE
-    assert (stop.reason, stop.step) == ("no_progress", 5)
+    assert (stop.reason, stop.step) == ("no_progress", 6)
     assert stop.message == EMPTY_STOP
 
 
@@ -891,23 +917,23 @@ def test_a_run_of_empty_results_spans_tools(tw: ModuleType) -> None:
     # Rewording across two search tools in turn: one run, its tools named in run order.
     guard = tw.Guard(tools={"search_docs": "read", "search_kb": "read"})
     verdicts = []
-    for i in range(6):
+    for i in range(7):
         tool = "search_kb" if i % 2 == 0 else "search_docs"
         verdicts.append(_searches(guard, [[]], tool=tool, start=i)[0])
-    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "stop", "stop"]
-    nudge, stop = verdicts[3], verdicts[4]
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow", "stop", "stop"]
+    nudge, stop = verdicts[3], verdicts[5]
     assert (nudge.tool, stop.tool, stop.reason, stop.step) == (
         "search_docs",
-        "search_kb",
+        "search_docs",
         "no_progress",
-        5,
+        6,
     )
     assert nudge.message == (
         "3 calls in a row to search_kb, search_docs returned nothing. Do not reword the same "
         "request again: try a different tool or approach, or report what you have so far."
     )
     assert stop.message == (
-        "Stopped (no_progress): 3 calls in a row to search_kb, search_docs returned nothing."
+        "Stopped (no_progress): 4 calls in a row to search_kb, search_docs returned nothing."
     )
 
 
@@ -917,53 +943,50 @@ def test_a_run_of_empty_results_spans_tools(tw: ModuleType) -> None:
 def test_a_tool_outside_the_run_is_not_judged_by_it(
     tw: ModuleType, result: Any, joins: bool
 ) -> None:
-    # The run is the searches' only: the first call to another tool runs. If it comes back
-    # empty too, it joins the run, and the next search ends it.
+    # The run is the searches' only: the first call to another tool runs. It asks another
+    # question (issue 25: a team, not a wording), so whatever it finds, it ends the run: the
+    # next search is not judged by the three before it.
     guard = tw.Guard(tools={"search_docs": "read", "list_runbooks": "read"})
     assert [v.action for v in _searches(guard, [[]] * 3)] == ["allow"] * 3
     other = guard.check("list_runbooks", {"team": "payments"})
     assert (other.action, other.message) == ("allow", None)
     guard.observe(other, result)
     after = _searches(guard, [[]], start=3)[0]
-    if joins:
-        assert (after.action, after.reason) == ("stop", "no_progress")
-        assert after.message == (
-            "Stopped (no_progress): 4 calls in a row to search_docs, list_runbooks "
-            "returned nothing."
-        )
-    else:
-        assert (after.action, after.message) == ("allow", None)
+    assert (after.action, after.message) == ("allow", None)
+    del joins
 
 
 def test_the_count_leaves_out_nudged_calls(tw: ModuleType) -> None:
-    # stop_at=5: the fourth to sixth searches are nudged (never run), the seventh stops, and
-    # every message says 3: the nudged calls count towards the thresholds, not in the count.
+    # stop_at=5: a nudge, then a search that runs (issue 25: the evidence), in turn, until
+    # six searches came back empty; the messages count the searches that ran.
     guard = tw.Guard(stop_at=5, tools={"search_docs": "read"})
-    verdicts = _searches(guard, [[]] * 7)
-    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge"] * 3 + ["stop"]
-    assert [v.message for v in verdicts[3:6]] == [EMPTY_NUDGE] * 3
-    assert (verdicts[6].reason, verdicts[6].message) == ("no_progress", EMPTY_STOP)
+    verdicts = _searches(guard, [[]] * 10)
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow"] * 3 + ["stop"]
+    assert [v.message for v in verdicts[3:9:2]] == [
+        EMPTY_NUDGE,
+        EMPTY_NUDGE.replace("3 calls", "4 calls"),
+        EMPTY_NUDGE.replace("3 calls", "5 calls"),
+    ]
+    assert (verdicts[9].reason, verdicts[9].message) == (
+        "no_progress",
+        EMPTY_STOP.replace("4 calls", "6 calls"),
+    )
 
 
 def test_the_count_leaves_out_a_nudged_repeat(tw: ModuleType) -> None:
-    # The second search repeats the first and is nudged: it extends the run, but of the four
-    # calls in it only two ran and came back empty.
+    # The second search repeats the first and is nudged: it extends the run, but only the
+    # calls that ran and came back empty count. The run is nudged once three did; the nudge
+    # for the repeat is not the evidence a stop needs (issue 25), so it nudges, not stops.
     guard = tw.Guard(tools={"search_docs": "read"})
     verdicts = _searches(guard, [[]]) + _searches(guard, [[]] * 4)
     assert [(v.action, v.repeats) for v in verdicts] == [
         ("allow", 1),
         ("nudge", 2),
         ("allow", 1),
+        ("allow", 1),
         ("nudge", 1),
-        ("stop", 1),
     ]
-    assert verdicts[3].message == (
-        "2 calls to search_docs in a row returned nothing. Do not reword the same request "
-        "again: try a different tool or approach, or report what you have so far."
-    )
-    assert verdicts[4].message == (
-        "Stopped (no_progress): 2 calls to search_docs in a row returned nothing."
-    )
+    assert verdicts[4].message == EMPTY_NUDGE
 
 
 def test_a_run_of_empty_results_needs_an_observed_empty(tw: ModuleType) -> None:
@@ -1025,7 +1048,13 @@ def test_observe_of_a_nudge_or_a_stop_is_ignored(tw: ModuleType) -> None:
         return [*map(fields, verdicts), state(guard)]
 
     observed = run(observe_all=True)
-    assert [verdict["action"] for verdict in observed[:-1]] == ["allow", "nudge"] + ["stop"] * 3
+    assert [verdict["action"] for verdict in observed[:-1]] == [
+        "allow",
+        "nudge",
+        "allow",
+        "stop",
+        "stop",
+    ]
     assert observed == run(observe_all=False)
 
 
@@ -1200,17 +1229,17 @@ def test_an_sdk_result_object_against_an_empty_marker(tw: ModuleType, marker: An
     # The marker's text flagged as an error is an error, not an empty result. One tool failing
     # the same way across reworded calls is a run of its own (issue 16), named as errors.
     guard = tw.Guard(tools={"search_docs": {"policy": "read", "empty": [marker]}})
-    verdicts = _searches(guard, [ToolResult("No results", is_error=True)] * 6)
-    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "stop", "stop"]
+    verdicts = _searches(guard, [ToolResult("No results", is_error=True)] * 7)
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow", "stop", "stop"]
     assert verdicts[3].message is not None
     assert verdicts[3].message.startswith(
         '3 calls to search_docs in a row failed with the same error, "No results".'
     )
     # The count is of the calls that ran and failed, as for empty results: the nudged one
     # never ran, so it did not fail.
-    assert (verdicts[4].reason, verdicts[4].message) == (
+    assert (verdicts[5].reason, verdicts[5].message) == (
         "no_progress",
-        "Stopped (no_progress): 3 calls to search_docs in a row failed with the same error, "
+        "Stopped (no_progress): 4 calls to search_docs in a row failed with the same error, "
         '"No results".',
     )
 
@@ -1439,35 +1468,35 @@ POLICY_ERRORS = [
         {"max_polls": 5},
         ValueError,
         "unknown policy None for tool 'build_status': "
-        "expected one of 'read', 'write', 'volatile', 'poll'",
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         id="no-policy",
     ),
     pytest.param(
         {},
         ValueError,
         "unknown policy None for tool 'build_status': "
-        "expected one of 'read', 'write', 'volatile', 'poll'",
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         id="empty-mapping",
     ),
     pytest.param(
         {"policy": "polling"},
         ValueError,
         "unknown policy 'polling' for tool 'build_status': "
-        "expected one of 'read', 'write', 'volatile', 'poll'",
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         id="unknown-policy",
     ),
     pytest.param(
         "POLL",
         ValueError,
         "unknown policy 'POLL' for tool 'build_status': "
-        "expected one of 'read', 'write', 'volatile', 'poll'",
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         id="policy-case",
     ),
     pytest.param(
         ["poll"],
         ValueError,
         "unknown policy ['poll'] for tool 'build_status': "
-        "expected one of 'read', 'write', 'volatile', 'poll'",
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         id="policy-list",
     ),
 ]

@@ -331,15 +331,20 @@ def _run(guard: Any, tool: str, args: Any, result: Any, **told: Any) -> Any:
 
 
 def test_one_result_is_not_an_unchanged_result(tw: ModuleType) -> None:
-    # A read repeated at once: nudged at the second call, when one result has been seen.
+    # A read repeated at once: nudged at the second call, when one result has been seen, so
+    # the message does not say the result is unchanged. One result is not the evidence a
+    # stop needs either (issue 25): the call after the nudge runs, and then, two results
+    # being seen to be equal, the next stops and says so.
     guard = tw.Guard()
     _run(guard, "get_order_details", {"order_id": "#W1"}, {"status": "pending"})
     nudge = _run(guard, "get_order_details", {"order_id": "#W1"}, {"status": "pending"})
     assert nudge.action == "nudge"
     assert not any(s in nudge.message for s in UNCHANGED)
+    again = _run(guard, "get_order_details", {"order_id": "#W1"}, {"status": "pending"})
+    assert again.action == "allow"
     stop = _run(guard, "get_order_details", {"order_id": "#W1"}, {"status": "pending"})
     assert stop.action == "stop"
-    assert not any(s in stop.message for s in UNCHANGED)
+    assert any(s in stop.message for s in UNCHANGED)
 
 
 def test_two_equal_results_are_an_unchanged_result(tw: ModuleType) -> None:
@@ -398,11 +403,12 @@ def test_one_error_across_arguments_is_named(tw: ModuleType) -> None:
     guard = tw.Guard()
     verdicts = [
         _run(guard, "search_direct_flight", {"date": date}, "Error: invalid date format")
-        for date in ("2024/05/20", "20-05-2024", "May 20", "20 May", "2024.05.20")
+        for date in ("2024/05/20", "20-05-2024", "May 20", "20 May", "2024.05.20", "5/20")
     ]
-    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "stop"]
-    assert verdicts[4].reason == "no_progress"
-    for verdict in verdicts[3:]:
+    # Issue 25: after the nudge, one more spelling runs and fails the same way; then stop.
+    assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow", "stop"]
+    assert verdicts[5].reason == "no_progress"
+    for verdict in (verdicts[3], verdicts[5]):
         assert "invalid date format" in verdict.message
 
 

@@ -76,6 +76,7 @@ from tripwire._policy import (
     check_tools,
     infer_policy,
 )
+from tripwire._question import Question, question_of, same_form, same_question
 from tripwire._results import describe_result
 from tripwire._snapshot import (
     ACTIONS,
@@ -90,6 +91,7 @@ from tripwire._snapshot import (
     HAS_RESULT,
     MAX_U32,
     NUDGED,
+    QUESTION,
     REASONS,
     RETRY,
     STATE_ONLY,
@@ -108,6 +110,8 @@ from tripwire._snapshot import (
 )
 
 Action = Literal["allow", "nudge", "stop"]
+# What came after a nudge in a run of empty results or of one error (Guard._run_counts).
+AfterNudge = Literal["none", "pending", "shown"]
 Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
 
 __all__ = ("DEFAULT_MAX_POLLS", "POLICIES", "Action", "Guard", "Policy", "Reason", "Verdict")
@@ -403,21 +407,29 @@ class Verdict:
 class _Entry:
     """One call in the window: its key and tool, the step it was checked at, whether it was
     nudged (so never ran), whether it was an allowed call to a ``write`` tool (``writes``) or
-    to one that may change the world (``changes``: a write, or a tool with no policy), and the
-    user turn it was made in; once observed, its result's digest, whether it came back empty,
-    whether it failed (then ``error`` is the text), and whether the failure was a transient
-    one that a retry need not answer for (``retry``)."""
+    to one that may change the world (``changes``: a write, a shell, or a tool with no
+    policy), and the user turn it was made in; once observed, its result's digest, whether it
+    came back empty, whether it failed (then ``error`` is the text), and whether the failure
+    was a transient one that a retry need not answer for (``retry``). ``question``: what it
+    asks (``tripwire._question``), known once it came back empty or failed, or when it was
+    checked while such a result was in the window; ``args``: its arguments (``text``: as JSON
+    text), held (``held``) until its result is observed, so that the question can be told
+    then, or until a snapshot is taken, which tells it."""
 
     __slots__ = (
+        "args",
         "changes",
         "empty",
         "error",
         "failed",
         "key",
         "nudged",
+        "question",
         "result",
         "retry",
+        "held",
         "step",
+        "text",
         "tool",
         "turn",
         "writes",
@@ -431,30 +443,30 @@ class _Entry:
         self.step = step
         self.nudged = nudged
         self.writes = not nudged and kind == "write"
-        self.changes = not nudged and kind in (None, "write")
+        self.changes = not nudged and kind in (None, "write", "shell")
         self.turn = turn
         self.result: str | None = None
         self.empty = False
         self.failed = False
         self.error: str | None = None
         self.retry = False
-
-    @property
-    def wrote(self) -> bool:
-        """A write that ran (as far as anyone said) without failing."""
-        return self.writes and not self.failed
-
-    @property
-    def maybe_changed(self) -> bool:
-        """A tool with no policy that ran: it may have changed the world, failed or not."""
-        return self.changes and not self.writes
+        self.question: Question | None = None
+        self.held = False
+        self.args: Any = None
+        self.text = False
 
     @property
     def changed(self) -> bool:
-        """May have changed the world: a write that did not fail, or a tool of unknown kind
-        (a shell command that fails may still have written files: a pre-commit hook that
-        reformats them and fails the commit)."""
+        """May have changed the world: a write that did not fail, or a shell or tool of
+        unknown kind (a command that fails may still have written files: a pre-commit hook
+        that reformats them and fails the commit)."""
         return self.changes and not (self.writes and self.failed)
+
+    @property
+    def marked(self) -> bool:
+        """Came back empty, or failed for good: what the rules over varied arguments read,
+        and why later calls' questions are told while it is in the window."""
+        return self.empty or (self.failed and not self.retry)
 
 
 class _Remembered:
@@ -525,6 +537,9 @@ class Guard:
         self._steps = 0
         self._turn = 0
         self._stopped: Verdict | None = None
+        # Whether a new call's question must be told (tripwire._question): a result in the
+        # window came back empty or failed. Read without the lock, before it is taken.
+        self._wants_question = False
         self._by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
         self._cache: OrderedDict[str, Any] = OrderedDict()
 
@@ -553,6 +568,13 @@ class Guard:
         if policy is None:
             return None, None
         return policy.kind, policy.source
+
+    def _question(self, name: str, args: Any, text: bool) -> Question | None:
+        """The call's question, where the rules may need it: while a result in the window
+        is empty or failed (told before the lock is taken; see ``tripwire._question``)."""
+        if not self._wants_question:
+            return None
+        return question_of(name, args, text, self._volatile)
 
     def _prepare(
         self, name: str, args: Any, text: bool
@@ -584,8 +606,9 @@ class Guard:
         """The verdict on one call, before it is dispatched."""
         call_id = _check_call_id(call_id)
         name, key, policy, _ = self._prepare(name, args, False)
+        question = self._question(name, args, False)
         with self._locked():
-            return self._decide(name, key, policy, call_id)
+            return self._decide(name, key, policy, call_id, None, args, False, question)
 
     def check_json(
         self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None
@@ -597,8 +620,9 @@ class Guard:
         broken arguments is looping too), and ``Verdict.invalid_arguments`` says why."""
         call_id = _check_call_id(call_id)
         name, key, policy, invalid = self._prepare(name, text, True)
+        question = self._question(name, text, True)
         with self._locked():
-            return self._decide(name, key, policy, call_id, invalid)
+            return self._decide(name, key, policy, call_id, invalid, text, True, question)
 
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]:
         """Verdicts for all tool calls of one model response, in order.
@@ -612,20 +636,25 @@ class Guard:
         Every verdict carries its own call's id and tool, a stopped turn's too. Keys are
         computed first: if any call is bad, nothing is counted.
         """
-        prepared: list[tuple[str, str, ToolPolicy | None, str | None, str | None]] = []
+        prepared: list[tuple[str, str, ToolPolicy | None, str | None, str | None, Any, bool]] = []
         for index, call in enumerate(calls):
             name, args, call_id = _unpack_call(index, call)
             call_id = _check_call_id(call_id)
             text = isinstance(args, (str, bytes, bytearray))
-            prepared.append((*self._prepare(name, args, text), call_id))
+            prepared.append((*self._prepare(name, args, text), call_id, args, text))
+        questions = [self._question(p[0], p[5], p[6]) for p in prepared]
         verdicts: list[Verdict] = []
         first_of_key: dict[str, int] = {}
         with self._locked():
-            for index, (name, key, policy, invalid, call_id) in enumerate(prepared):
+            for index, (name, key, policy, invalid, call_id, args, text) in enumerate(prepared):
                 earlier = first_of_key.get(key)
                 if earlier is None or self._retried(call_id, key):
                     first_of_key.setdefault(key, index)
-                    verdicts.append(self._decide(name, key, policy, call_id, invalid))
+                    verdicts.append(
+                        self._decide(
+                            name, key, policy, call_id, invalid, args, text, questions[index]
+                        )
+                    )
                 else:
                     copy = verdicts[earlier]._replace(duplicate_of=earlier, call_id=call_id)
                     if call_id is not None:
@@ -648,7 +677,10 @@ class Guard:
         key: str,
         policy: ToolPolicy | None,
         call_id: str | None,
-        invalid_arguments: str | None = None,
+        invalid_arguments: str | None,
+        args: Any,
+        text: bool,
+        question: Question | None,
     ) -> Verdict:
         if self._retried(call_id, key):
             assert call_id is not None
@@ -672,7 +704,7 @@ class Guard:
             )
         step = self._steps + 1
         kind = policy.kind if policy is not None else None
-        action, reason, repeats, detail = self._judge(name, key, policy)
+        action, reason, repeats, detail = self._judge(name, key, policy, question)
         extra: dict[str, Any] = {
             "call_id": call_id,
             "invalid_arguments": invalid_arguments,
@@ -686,7 +718,7 @@ class Guard:
             if declared is not None and declared.kind == "read":
                 cached = self._cache.get(key)
             # A call that may change the world makes every cached read stale.
-            if kind in (None, "write") and self._cache:
+            if kind in (None, "write", "shell") and self._cache:
                 self._released.append(self._cache)
                 self._cache = OrderedDict()
             if kind == "poll":
@@ -697,15 +729,27 @@ class Guard:
             self._stopped = verdict._replace(call_id=None)
         else:
             entry = _Entry(key, name, step, action == "nudge", kind, self._turn)
+            entry.question = question
+            if action == "allow" and question is None:
+                # Held until the result is observed: its question is told if it comes back
+                # empty or failed. A nudged call never runs, so nothing of it is observed.
+                entry.held, entry.args, entry.text = True, args, text
+            if len(self._window) == self._window.maxlen:
+                self._released.append(self._window[0])
             self._window.append(entry)
+            self._update_wants()
         if call_id is not None:
             self._remember_call_id(call_id, key, verdict)
         return verdict
 
+    def _update_wants(self) -> None:
+        self._wants_question = any(entry.marked for entry in self._window)
+
     def _judge(
-        self, name: str, key: str, policy: ToolPolicy | None
+        self, name: str, key: str, policy: ToolPolicy | None, question: Question | None
     ) -> tuple[Action, Reason | None, int, Detail]:
-        """Action, reason, repeats and message detail for a call; changes nothing."""
+        """Action, reason, repeats and message detail for a call; changes nothing. The rules,
+        each a method of its own: polls, repeats, cycles, fruitless runs, the budget."""
         over_budget = self._max_steps is not None and self._steps >= self._max_steps
         if policy is not None and policy.kind == "poll":
             polls = self._polls.get(key, 0) + 1
@@ -714,121 +758,163 @@ class Guard:
             if over_budget:
                 return "stop", "budget_exhausted", polls, None
             return "allow", None, polls, None
-        repeats, deferred, between, detail = self._repeats(key)
-        # After another call that may have changed the world, the repeat is run and judged by
-        # its result; after a possible change of its own, it has one more.
-        counted = 0 if between else repeats - 1 if deferred else repeats
-        fruitless, fruitless_detail = self._fruitless_run(name)
+        kind = policy.kind if policy is not None else None
+        repeats, counted, detail = self._repeats(key, question, kind)
+        fruitless, after_nudge, fruitless_detail = self._fruitless_run(question)
         if counted >= self._stop_at:
             return "stop", "loop_detected", repeats, detail
         cycle = self._cycle(key)
         if cycle is not None:
             return "stop", "no_progress", repeats, ("cycle", *cycle)
-        if fruitless >= self._stop_at + 1:
+        if fruitless >= self._stop_at + 1 and after_nudge == "shown":
             return "stop", "no_progress", repeats, fruitless_detail
         if over_budget:
             return "stop", "budget_exhausted", repeats, None
         if counted >= self._nudge_at:
             return "nudge", None, repeats, detail
-        if fruitless >= self._nudge_at + 1:
+        if fruitless >= self._nudge_at + 1 and after_nudge != "pending":
             return "nudge", None, repeats, fruitless_detail
         return "allow", None, repeats, None
 
-    def _repeats(self, key: str) -> tuple[int, bool, bool, Detail]:
+    def _repeats(
+        self, key: str, question: Question | None, kind: Policy | None
+    ) -> tuple[int, int, Detail]:
         """Occurrences of ``key`` in the window since the world last changed, this one
-        included; whether a call that may have changed the world ran since the first of them
-        (a write, or a tool with no policy: these occurrences themselves too, when their tool
-        has none); whether another call that may have changed the world ran since the
-        previous one (then this one is run, and judged by its result); and what the message may
+        included; how many of them count toward a nudge or a stop; and what the message may
         truthfully say of their results.
 
         Until a result of this call is observed, every occurrence in the window counts (the
         seed's count). Then counting goes back only as far as the last change: an earlier
-        occurrence with a different result, an allowed write with other arguments (a re-read
-        after a write is not a repeat), a user message (unless the call fails the same way).
-        Occurrences that failed transiently, within the retries a call has, do not count.
-        Tools with no policy do not end the count, or a tool called over and over could never
-        be a loop: they only let the repeat run to be judged by its result. A write's own
-        repeat is refused unseen, as the seed's is (a second identical refund is not run)."""
-        earlier = [entry for entry in self._window if entry.key == key and not entry.retry]
+        occurrence with a different result; another call that may have changed the world
+        (a write that did not fail: a re-read after a write is not a repeat; a shell or a tool
+        with no policy, failed or not: ``cat patch.txt`` after ``sed -i``); a user message
+        (unless the call fails the same way). The call's own occurrences never end the count,
+        or a command run over and over could never be a loop; what goes round through other
+        calls is the cycle rule's. Occurrences that failed transiently, within the retries a
+        call has, do not count, nor do failed ones whose raw arguments differ from this
+        call's (a corrected call: the tool saw a difference the key does not). A shell or a
+        tool with no policy may change the world itself, so its first repeat is run and
+        judged by its result (counted one less: allow, allow, nudge, stop).
+
+        **A stop rests on evidence.** A nudged occurrence never ran and taught nothing. Once
+        this call was nudged, it is stopped only when the guard has seen it come back the
+        same way ``stop_at - 1`` times (the nudged one would have been the ``stop_at``-th, and
+        the model asked again); until then the call after the nudge is run (counted: 0), so
+        that its result shows whether the nudge was ignored. The exception is a write: it is
+        never run again to find out (a second identical refund), so it stops as the seed's
+        does."""
+        writes = kind == "write"
+        earlier = [
+            entry
+            for entry in self._window
+            if entry.key == key and not entry.retry and not _corrected(entry, question)
+        ]
         observed = [entry for entry in earlier if entry.result is not None]
         if not observed:
-            return len(earlier) + 1, False, False, None
+            return len(earlier) + 1, len(earlier) + 1, None
         latest = observed[-1]
-        count = 0
         same = 0
-        changed = False
-        deferred = between = False
+        nudged = 0
+        newest_nudged: bool | None = None
         for entry in reversed(self._window):
             if entry.key != key:
-                changed = changed or entry.changed
-                if entry.wrote:
+                if entry.changed:
                     break
                 continue
-            if entry.retry:
+            if entry.retry or _corrected(entry, question):
+                continue
+            if newest_nudged is None:
+                newest_nudged = entry.nudged
+            if entry.nudged:
+                nudged += 1
                 continue
             if entry.result is not None and entry.result != latest.result:
                 break
             if entry.turn != self._turn and not latest.failed:
                 break
-            if count == 0:
-                between = changed
-            changed = changed or entry.maybe_changed
-            deferred = deferred or changed
-            count += 1
             same += entry.result is not None
         if latest.failed:
             detail: Detail = ("failed", latest.error, same)
         else:
             detail = ("unchanged",) if same >= 2 else None
-        return count + 1, deferred, between, detail
+        repeats = same + nudged + 1
+        if not nudged:
+            # A shell or a tool with no policy may change the world itself: its first repeat
+            # is run and judged by its result.
+            counted = same + 1 - (kind is None or kind == "shell")
+        elif writes or same >= self._stop_at - 1:
+            counted = self._stop_at
+        elif newest_nudged:
+            counted = 0
+        else:
+            counted = max(same + 1, self._nudge_at)
+        return repeats, counted, detail
 
-    def _fruitless_run(self, name: str) -> tuple[int, Detail]:
-        """The longer of the runs of empty results and of one error (see the module)."""
-        empty = self._empty_run(name)
+    def _fruitless_run(self, question: Question | None) -> tuple[int, AfterNudge, Detail]:
+        """The run of empty results, or else of one error, that this call would extend (see
+        the module): how many results it holds, what came after a nudge in it, and the
+        message detail."""
+        empty = self._empty_run(question)
         if empty[0]:
             return empty
-        return self._error_run(name)
+        return self._error_run(question)
 
-    def _tail(self, fits: Any) -> list[_Entry]:
-        """The calls at the end of the window that ``fits`` or were nudged (so ran no
-        better), newest first, back to the last user message."""
+    def _tail(self, question: Question | None, fits: Any, same: Any) -> list[_Entry]:
+        """The calls at the end of the window, newest first, back to the last user message,
+        that ``fits`` or were nudged (so ran no better), each asking the same question as this
+        call (``question``) or as a later call of the run, by ``same``
+        (``tripwire._question``: for empty answers the question, for errors the form)."""
         run: list[_Entry] = []
+        asked = [question]
         for entry in reversed(self._window):
             if entry.turn != self._turn or not (entry.nudged or fits(entry)):
                 break
+            if not any(same(entry.question, other) for other in asked):
+                break
             run.append(entry)
+            asked.append(entry.question)
         return run
 
-    def _empty_run(self, name: str) -> tuple[int, Detail]:
-        """The calls at the end of the window that came back empty or were nudged, if at
-        least one came back empty and ``name`` is among their tools; with the message detail:
-        how many came back empty, and their tools in order."""
-        run = self._tail(lambda entry: entry.empty)
-        empties = sum(entry.empty for entry in run)
-        # The tools that came back empty; a tool that was only nudged returned nothing at all.
-        tools = tuple(dict.fromkeys(entry.tool for entry in reversed(run) if entry.empty))
-        if empties == 0 or name not in tools:
-            return 0, None
-        return len(run), ("empty", empties, tools)
+    @staticmethod
+    def _run_counts(run: list[_Entry]) -> tuple[int, AfterNudge]:
+        """How many calls of a run came back (a nudged one never ran), and what came after
+        a nudge in it: ``"none"`` (no nudge: it may nudge, not stop), ``"pending"`` (its
+        newest call was nudged: this one runs, to show whether the nudge was ignored) or
+        ``"shown"`` (a call came back after the nudge and kept the run going: the evidence
+        a stop needs)."""
+        results = sum(not entry.nudged for entry in run)
+        nudged_at = next((i for i, entry in enumerate(run) if entry.nudged), None)
+        if nudged_at is None:
+            return results, "none"
+        return results, "pending" if nudged_at == 0 else "shown"
 
-    def _error_run(self, name: str) -> tuple[int, Detail]:
-        """The calls at the end of the window to ``name`` that failed with one error (not a
-        transient one), or were nudged; with the message detail: their count and the error."""
+    def _empty_run(self, question: Question | None) -> tuple[int, AfterNudge, Detail]:
+        """The calls at the end of the window that came back empty (or were nudged) asking
+        this call's question; with the message detail: how many came back empty, and the
+        tool."""
+        run = self._tail(question, lambda entry: entry.empty, same_question)
+        empties, after_nudge = self._run_counts(run)
+        if empties == 0:
+            return 0, "none", None
+        tools = tuple(dict.fromkeys(entry.tool for entry in reversed(run) if entry.empty))
+        return empties, after_nudge, ("empty", empties, tools)
+
+    def _error_run(self, question: Question | None) -> tuple[int, AfterNudge, Detail]:
+        """The calls at the end of the window that failed with one error (not a transient
+        one), or were nudged, asking this call's question; with the message detail: how many
+        failed, and the error."""
         last = next((e for e in reversed(self._window) if not e.nudged), None)
-        if last is None or not last.failed or last.retry or last.tool != name:
-            return 0, None
+        if last is None or not last.failed or last.retry:
+            return 0, "none", None
         run = self._tail(
-            lambda entry: (
-                entry.failed
-                and not entry.retry
-                and entry.tool == name
-                and entry.result == last.result
-            )
+            question,
+            lambda entry: entry.failed and not entry.retry and entry.result == last.result,
+            same_form,
         )
-        # The message counts the failures; a nudged call did not run.
-        failures = sum(not entry.nudged for entry in run)
-        return len(run), ("errors", failures, last.error)
+        failures, after_nudge = self._run_counts(run)
+        if failures == 0:
+            return 0, "none", None
+        return failures, after_nudge, ("errors", failures, last.error)
 
     def _cycle(self, key: str) -> tuple[tuple[str, ...], bool] | None:
         """The tools of a cycle the window went round twice, with the same results, that this
@@ -858,7 +944,13 @@ class Guard:
 
     def _remember_call_id(self, call_id: str, key: str, verdict: Verdict) -> None:
         self._released.append(self._by_call_id.pop(call_id, None))
-        self._by_call_id[call_id] = _Remembered(key, verdict)
+        remembered = _Remembered(key, verdict)
+        # A nudge is its call's answer: the harness gave the model the guard's message as
+        # the call's result. The same call asked again under the same id is the model
+        # repeating itself, and is counted: ids are a retry signal, never a reason to stop
+        # counting (a model that re-issued a nudged call under its id was never stopped).
+        remembered.answered = verdict.action == "nudge"
+        self._by_call_id[call_id] = remembered
         if len(self._by_call_id) > CALL_ID_MEMORY:
             self._released.append(self._by_call_id.popitem(last=False))
 
@@ -889,14 +981,18 @@ class Guard:
         *,
         error: Any = None,
         transient: bool | None = None,
+        args: Any = None,
     ) -> None:
         """Tells the guard what an allowed call returned, so later checks can tell progress
         (a changed result) from a loop (the same result again), and see errors, cycles and
         runs of empty results. ``result`` as the harness holds it (``tripwire._results``);
         ``error``: ``None`` (the result says), ``False``, ``True`` (the result is the error's
         text), or the error (a str or an exception); ``transient``: ``None`` (recognised from
-        the error), or what the harness knows. Verdicts that were not allowed, or whose call
-        has left the window, are ignored."""
+        the error), or what the harness knows; ``args``: the call's arguments (a value, or
+        JSON text; ``None``: not given), for a guard that did not check the call itself (a hook or a store that
+        restored the guard from a snapshot since): the guard holds a call's arguments until
+        its result is observed, and reads them only if it came back empty or failed.
+        Verdicts that were not allowed, or whose call has left the window, are ignored."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
         if transient is not None and not isinstance(transient, bool):
@@ -908,25 +1004,50 @@ class Guard:
         digest, empty, failed, is_transient, text = describe_result(
             result, error, transient, policy
         )
+        held: tuple[Any, bool] | None = None
         with self._locked():
             if verdict.call_id is not None:
                 remembered = self._by_call_id.get(verdict.call_id)
                 if remembered is not None and remembered.verdict.step == verdict.step:
                     remembered.answered = True
-            for entry in reversed(self._window):
-                if entry.step == verdict.step and entry.key == verdict.key:
-                    if digest is None and not failed:
-                        return  # nothing to compare it by: as if not observed
-                    entry.result, entry.empty = digest, empty
-                    entry.failed, entry.error = failed, text
-                    # A retry is counted once per call, however often it is observed.
-                    was_retry, entry.retry = entry.retry, False
-                    if failed and is_transient:
-                        retries = self._retries.get(entry.key, 0)
-                        if was_retry or retries < TRANSIENT_RETRIES:
-                            self._retries[entry.key] = retries + (not was_retry)
-                            entry.retry = True
-                    break
+            entry = self._entry_of(verdict)
+            if entry is None:
+                return
+            if digest is None and not failed:
+                return  # nothing to compare it by: as if not observed
+            entry.result, entry.empty = digest, empty
+            entry.failed, entry.error = failed, text
+            # A retry is counted once per call, however often it is observed.
+            was_retry, entry.retry = entry.retry, False
+            if failed and is_transient:
+                retries = self._retries.get(entry.key, 0)
+                if was_retry or retries < TRANSIENT_RETRIES:
+                    self._retries[entry.key] = retries + (not was_retry)
+                    entry.retry = True
+            if entry.marked and entry.question is None:
+                if args is not None:
+                    held = (args, isinstance(args, (str, bytes, bytearray)))
+                elif entry.held:
+                    held = (entry.args, entry.text)
+            self._released.append(entry.args)
+            entry.held, entry.args = False, None
+            self._update_wants()
+        if held is None:
+            return
+        # What the call asked, told outside the lock (it reads the arguments, which are the
+        # harness's objects), then kept if the call is still in the window.
+        question = question_of(verdict.tool, held[0], held[1], self._volatile)
+        with self._locked():
+            entry = self._entry_of(verdict)
+            if entry is not None and entry.question is None:
+                entry.question = question
+
+    def _entry_of(self, verdict: Verdict) -> _Entry | None:
+        """The window's entry of an allowed verdict's call, if it is still in the window."""
+        for entry in reversed(self._window):
+            if entry.step == verdict.step and entry.key == verdict.key:
+                return entry
+        return None
 
     def user_message(self) -> None:
         """Tells the guard a human message arrived: the same successful call once per user
@@ -967,6 +1088,7 @@ class Guard:
         if not isinstance(state_only, bool):
             raise TypeError(f"state_only must be a bool, not {type(state_only).__name__}")
         config = self._config_bytes()
+        self._tell_questions()
         with self._locked():
             state = self._write_state()
         if state_only:
@@ -1018,6 +1140,25 @@ class Guard:
             )
         self._restore(self._read_state(reader))
 
+    def _tell_questions(self) -> None:
+        """Tells the questions of the calls whose arguments the guard holds, and keeps them
+        instead: a snapshot holds no arguments, and the guard restored from it must know what
+        its calls asked (told outside the lock, as ``observe`` tells them)."""
+        with self._locked():
+            held = [entry for entry in self._window if entry.held]
+            taken = [(entry, entry.args, entry.text) for entry in held]
+            for entry in held:
+                entry.held, entry.args = False, None
+        told = [
+            (entry, question_of(entry.tool, args, text, self._volatile))
+            for entry, args, text in taken
+        ]
+        with self._locked():
+            for entry, question in told:
+                if entry.question is None:
+                    entry.question = question
+            self._released.append(taken)
+
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return type(self).from_snapshot, (self.snapshot(),)
 
@@ -1039,12 +1180,16 @@ class Guard:
                 | EMPTY * entry.empty
                 | FAILED * entry.failed
                 | RETRY * entry.retry
+                | QUESTION * (entry.question is not None)
             )
             out.u8(flags)
             if entry.result is not None:
                 out.key(entry.result)
             if entry.failed:
                 out.text(entry.error or "")
+            if entry.question is not None:
+                for digest in entry.question:
+                    out.key(digest)
         out.u8(self._stopped is not None)
         if self._stopped is not None:
             _write_verdict(out, self._stopped)
@@ -1077,7 +1222,9 @@ class Guard:
             entry = _Entry(reader.key(), reader.text(), reader.varint(), False, "read", 0)
             entry.turn = reader.varint(MAX_U32)
             flags = reader.u8()
-            if flags & ~(NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY):
+            if flags & ~(
+                NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY | QUESTION
+            ):
                 raise SnapshotError(f"not a tripwire guard snapshot: entry flags {flags:#x}")
             entry.nudged = bool(flags & NUDGED)
             entry.writes = bool(flags & WRITES)
@@ -1093,6 +1240,8 @@ class Guard:
                 entry.error = reader.text()
                 if errors.setdefault(entry.result, entry.error) != entry.error:
                     raise SnapshotError("not a tripwire guard snapshot: one digest, two errors")
+            if flags & QUESTION:
+                entry.question = (reader.key(), reader.key(), reader.key())
             window.append(entry)
         stopped = self._read_verdict(reader) if reader.flag() else None
         by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
@@ -1129,6 +1278,7 @@ class Guard:
                 self._by_call_id,
                 self._cache,
             ) = state
+            self._update_wants()
 
     def _read_verdict(self, reader: Reader) -> Verdict:
         head = reader.u8()
@@ -1283,6 +1433,17 @@ def _read_counts(reader: Reader) -> dict[str, int]:
         counts[key] = reader.varint(MAX_U32)
         previous = key
     return counts
+
+
+def _corrected(entry: _Entry, question: Question | None) -> bool:
+    """A failed call whose raw arguments differ from this call's (``question``): the tool
+    saw a difference the key does not, so this call is a correction, not a repeat."""
+    return (
+        entry.failed
+        and question is not None
+        and entry.question is not None
+        and entry.question[0] != question[0]
+    )
 
 
 def _check_call_id(call_id: object) -> str | None:

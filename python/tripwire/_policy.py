@@ -10,8 +10,13 @@ A policy says what a call may do to the world, which is what tells a loop from p
   cached.
 - ``poll``: a volatile read meant to be repeated while waiting, up to ``max_polls`` a run.
 - ``write``: changes the world: a repeat of another call after it is a new question.
-- no policy: a tool of unknown kind (a shell command may do anything). After one, a repeat
-  is run and judged by its result rather than refused unseen.
+- ``shell``: runs a command (or a code cell) that may read or change anything, and whose
+  output, whatever its exit status, is its answer: ``grep`` exits 1 to say "no match",
+  ``diff`` to say "differs", a test run to say "failed". Its results are never failures
+  and never "empty" (a silent ``sed -i`` succeeded); the same output of the same command is
+  what repeats. Otherwise it is judged as a tool with no policy.
+- no policy: a tool of unknown kind. After one, a repeat is run and judged by its result
+  rather than refused unseen.
 
 Inference never says ``poll`` (that would change verdicts without results) and never makes
 a tool cacheable (whether a read's answer outlives a run is for its author to say).
@@ -24,11 +29,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-Policy = Literal["read", "write", "volatile", "poll"]
+Policy = Literal["read", "write", "volatile", "poll", "shell"]
 Whitespace = Literal["collapse", "keep"]
 Source = Literal["declared", "definition", "name"]
 
-POLICIES: Final = ("read", "write", "volatile", "poll")
+POLICIES: Final = ("read", "write", "volatile", "poll", "shell")
 # How many times a run may repeat one call to a "poll" tool, unless its policy says.
 DEFAULT_MAX_POLLS: Final = 20
 
@@ -126,6 +131,8 @@ def _check_policy_name(tool: str, policy: object) -> Policy:
     # Spelled out, so that the type checker knows which Literal comes back.
     if policy == "read" or policy == "write" or policy == "volatile" or policy == "poll":
         return policy
+    if policy == "shell":
+        return policy
     raise ValueError(
         f"unknown policy {policy!r} for tool {tool!r}: expected one of "
         + ", ".join(repr(p) for p in POLICIES)
@@ -151,7 +158,8 @@ def check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolic
 # -- inference --------------------------------------------------------------------------------
 
 # The tools of the well-known harnesses (FIELD.md), by exact name: (policy, whitespace).
-# Shell tools have no policy: a command may read or change anything. Editing tools keep the
+# Shell tools are "shell": a command may read or change anything, and its output is its
+# answer whatever its exit status. Editing tools keep the
 # whitespace of their arguments, which the tool sees: an edit retried with corrected line
 # breaks is a different edit.
 _KEEP: Final = "keep"
@@ -172,7 +180,7 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     # (tau-bench's and Anthropic's "think" tool).
     "TodoWrite": ("volatile", "collapse"),
     "think": ("volatile", "collapse"),
-    "Bash": (None, "collapse"),
+    "Bash": ("shell", "collapse"),
     # Polls a background shell: judged by its output, which moves while the shell runs.
     "BashOutput": (None, "collapse"),
     "Task": (None, "collapse"),
@@ -180,13 +188,23 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     # edits and undoes, by its "command". No policy, so each repeat is judged by its result:
     # a second undo_edit undoes another edit, a view repeated with nothing between is not.
     "str_replace_editor": (None, _KEEP),
-    "execute_bash": (None, "collapse"),
-    "execute_ipython_cell": (None, "collapse"),
+    "execute_bash": ("shell", "collapse"),
+    "execute_ipython_cell": ("shell", "collapse"),
     # Codex CLI
-    "shell": (None, "collapse"),
-    "local_shell": (None, "collapse"),
+    "shell": ("shell", "collapse"),
+    "local_shell": ("shell", "collapse"),
     "apply_patch": ("write", _KEEP),
     "update_plan": ("volatile", "collapse"),
+    # SWE-agent's and mini-swe-agent's shell, Codex's newer exec tools, Cline's and
+    # Cursor's terminal tools, Copilot CLI's.
+    "bash": ("shell", "collapse"),
+    "exec_command": ("shell", "collapse"),
+    "unified_exec": ("shell", "collapse"),
+    "container.exec": ("shell", "collapse"),
+    "execute_command": ("shell", "collapse"),
+    "run_terminal_cmd": ("shell", "collapse"),
+    "run_terminal_command": ("shell", "collapse"),
+    "powershell": ("shell", "collapse"),
     # SWE-agent (scroll_up/scroll_down move the view: no policy, judged by their results)
     "open": ("read", "collapse"),
     "goto": ("read", "collapse"),
@@ -207,7 +225,7 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     "google_web_search": ("volatile", "collapse"),
     "write_file": ("write", _KEEP),
     "replace": ("write", _KEEP),
-    "run_shell_command": (None, "collapse"),
+    "run_shell_command": ("shell", "collapse"),
     "save_memory": ("write", "collapse"),
     # The providers' own server tools (Anthropic's web_search and web_fetch, OpenAI's hosted
     # web_search): a search's answer moves on its own, as WebSearch's does.

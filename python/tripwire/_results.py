@@ -174,6 +174,8 @@ def describe_result(
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
     results (a failure's digest is its error text's, so it never equals a success's)."""
+    if policy is not None and policy.kind == "shell":
+        return _shell_outcome(result, error, transient, key)
     if error is None and (policy is None or not (policy.empty_answers or policy.empty_digests)):
         # The commonest results, short-cut (the same rules, none of the envelope checks
         # applies): a list that is no content-block list, a text that can be neither JSON nor
@@ -220,6 +222,20 @@ def describe_result(
     if transient is None:
         transient = _TRANSIENT_TEXT.search(text) is not None
     return digest("error", text, key), False, True, bool(transient), text
+
+
+def _shell_outcome(
+    result: Any, error: Any, transient: bool | None, key: KeyFunction
+) -> tuple[str | None, bool, bool, bool, str | None]:
+    """What a shell's result says (``tripwire._policy``): its output is its answer, whatever
+    its exit status or error flag, never empty and never a failure. Only an exception (the
+    harness could not run the command at all) is a failure, and a timeout a transient one."""
+    if isinstance(error, BaseException):
+        return describe_result(result, error, transient, None, key)
+    value, _ = unwrap(result)
+    if (value is None or value == "") and isinstance(error, str):
+        value = error
+    return digest("result", value, key), False, False, False, None
 
 
 def _policy_empty(value: Any, key: str, policy: Any) -> bool:

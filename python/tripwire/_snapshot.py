@@ -19,8 +19,10 @@ Version 1, field by field::
     window  = count varint (at most the window size) | entry * count, oldest first
     entry   = key | tool str | step varint | turn varint | flags u8
               | [result key, if flags & 8] | [error str, if flags & 32]
+              | [question, if flags & 128]
               flags: 1 nudged, 2 writes, 4 changes, 8 has a result, 16 empty, 32 failed,
-              64 retry (a failed entry has a result: its error text's digest)
+              64 retry, 128 question (a failed entry has a result: its error text's digest)
+    question= raw key | shape key | form key (tripwire._question)
     stop    = 0 | 1 verdict (the stop latch: the stop every later check answers with)
     call ids= count varint (at most 128) | (id str | key | answered u8 | verdict) * count,
               oldest first
@@ -76,6 +78,7 @@ REASONS: Final = (None, "loop_detected", "budget_exhausted", "no_progress")
 
 # Entry flags.
 NUDGED, WRITES, CHANGES, HAS_RESULT, EMPTY, FAILED, RETRY = 1, 2, 4, 8, 16, 32, 64
+QUESTION = 128
 # Verdict head bits, above the action (bits 0-1) and reason (bits 2-3).
 H_CACHED, H_CALL_ID, H_DUPLICATE, H_INVALID = 16, 32, 64, 128
 
