@@ -1066,9 +1066,9 @@ def targets_missed(tallies: dict[tuple[str, str], Tally]) -> list[str]:
             continue
         if tally.unjustified:
             missed.append(f"{group}: {tally.unjustified} unjustified stops in healthy runs")
-        if tally.healthy_calls and 1000 * tally.healthy_nudges / tally.healthy_calls >= 3.0:
-            if group.startswith("all"):
-                missed.append(f"{group}: {tally.healthy_nudges} nudges in healthy runs")
+        rate = 1000 * tally.healthy_nudges / tally.healthy_calls if tally.healthy_calls else 0.0
+        if group.startswith("all") and rate >= 3.0:
+            missed.append(f"{group}: {rate:.1f} nudges per 1k calls in healthy runs")
         if tally.loops_answered < tally.loops:
             missed.append(f"{group}: {tally.loops - tally.loops_answered} real loops missed")
         peer = tallies.get((group, "3 in a row"))

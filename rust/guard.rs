@@ -567,6 +567,10 @@ impl<V> CallIds<V> {
     }
 }
 
+/// What `observe` hands back of a call whose question is to be told: its held arguments and
+/// whether they are JSON text, if the state held them.
+pub type Held<R> = Option<(R, bool)>;
+
 /// One run's state. Nothing is allocated until the first call.
 pub struct RunState<V, R, N> {
     pub(crate) window: VecDeque<Entry>,
@@ -1067,7 +1071,10 @@ impl<V, R, N> RunState<V, R, N> {
                 other => released.results.extend(other.map(|(a, _)| a)),
             }
             self.forget_errors(&mut released);
-            self.update_wants();
+            if self.observed {
+                // Only a result marks an entry: without any, there is nothing to update.
+                self.update_wants();
+            }
         }
         if allowed && may_change(policy) {
             released.results.extend(self.cache.drain().map(|(_, r)| r));
@@ -1124,7 +1131,7 @@ impl<V, R, N> RunState<V, R, N> {
         key: Key,
         call_id: Option<&[u8]>,
         outcome: Outcome<N>,
-    ) -> (Released<V, R, N>, Option<Option<(R, bool)>>) {
+    ) -> (Released<V, R, N>, Option<Held<R>>) {
         let mut released = Released::default();
         if let Some(remembered) = call_id.and_then(|id| self.call_ids.get_mut(id)) {
             if remembered.step == step {

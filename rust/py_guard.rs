@@ -1256,7 +1256,7 @@ impl Guard {
     }
 
     /// Tells the guard what an allowed call returned (see the reference's `observe`).
-    #[pyo3(signature = (verdict, result, /, *, error = None, transient = None, args = None))]
+    #[pyo3(signature = (verdict, result, /, *, error = None, transient = None))]
     fn observe(
         &self,
         py: Python<'_>,
@@ -1264,7 +1264,6 @@ impl Guard {
         result: &Bound<'_, PyAny>,
         error: Option<&Bound<'_, PyAny>>,
         transient: Option<&Bound<'_, PyAny>>,
-        args: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let verdict = verdict_arg("observe", verdict)?;
         let none = py.None().into_bound(py);
@@ -1294,22 +1293,12 @@ impl Guard {
             self.lock()
                 .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
         drop(released);
-        let Some(held) = ask else {
+        // What the call asked, told outside the lock (it reads the harness's objects) from
+        // the arguments held since the check.
+        let Some(Some((args, text))) = ask else {
             return Ok(());
         };
-        // What the call asked, told outside the lock (it reads the harness's objects) from
-        // the arguments given here, else those held since the check.
-        let (args, text) = match (args, held) {
-            (Some(args), _) => {
-                let text = args.is_instance_of::<PyString>()
-                    || args.is_instance_of::<pyo3::types::PyBytes>()
-                    || args.is_instance_of::<pyo3::types::PyByteArray>();
-                (args.clone(), text)
-            }
-            (None, Some((held, text))) => (held.into_bound(py), text),
-            (None, None) => return Ok(()),
-        };
-        let question = self.told_question(py, tool, &args, text)?;
+        let question = self.told_question(py, tool, args.bind(py), text)?;
         self.lock()
             .set_question(verdict.step, verdict.key, question);
         Ok(())

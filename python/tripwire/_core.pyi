@@ -80,7 +80,6 @@ class Guard:
         *,
         error: Any = None,
         transient: bool | None = None,
-        args: Any = None,
     ) -> None: ...
     def user_message(self) -> None: ...
     def policy_of(

@@ -422,12 +422,12 @@ class _Entry:
         "empty",
         "error",
         "failed",
+        "held",
         "key",
         "nudged",
         "question",
         "result",
         "retry",
-        "held",
         "step",
         "text",
         "tool",
@@ -981,17 +981,15 @@ class Guard:
         *,
         error: Any = None,
         transient: bool | None = None,
-        args: Any = None,
     ) -> None:
         """Tells the guard what an allowed call returned, so later checks can tell progress
         (a changed result) from a loop (the same result again), and see errors, cycles and
         runs of empty results. ``result`` as the harness holds it (``tripwire._results``);
         ``error``: ``None`` (the result says), ``False``, ``True`` (the result is the error's
         text), or the error (a str or an exception); ``transient``: ``None`` (recognised from
-        the error), or what the harness knows; ``args``: the call's arguments (a value, or
-        JSON text; ``None``: not given), for a guard that did not check the call itself (a hook or a store that
-        restored the guard from a snapshot since): the guard holds a call's arguments until
-        its result is observed, and reads them only if it came back empty or failed.
+        the error), or what the harness knows. The guard holds a call's arguments until its
+        result is observed (or a snapshot is taken), and reads them only if it came back
+        empty or failed.
         Verdicts that were not allowed, or whose call has left the window, are ignored."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
@@ -1024,11 +1022,8 @@ class Guard:
                 if was_retry or retries < TRANSIENT_RETRIES:
                     self._retries[entry.key] = retries + (not was_retry)
                     entry.retry = True
-            if entry.marked and entry.question is None:
-                if args is not None:
-                    held = (args, isinstance(args, (str, bytes, bytearray)))
-                elif entry.held:
-                    held = (entry.args, entry.text)
+            if entry.marked and entry.question is None and entry.held:
+                held = (entry.args, entry.text)
             self._released.append(entry.args)
             entry.held, entry.args = False, None
             self._update_wants()

@@ -32,12 +32,12 @@ both backends (the native guard calls ``question_of``; ``same_question`` is mirr
   retried with other raw arguments is a correction, not a repeat.
 
 Two calls ask the same question when their shapes are equal (``same_question``), and are of
-one form when their forms are (``same_form``). What this cannot see: one-word
-values that are spellings of one thing beyond case and punctuation (``Yusuf``, ``Yousuf``;
-``RetryPolicy``, ``retry_policy``) are different questions to it, and free texts that name
-different things ("New York", "San Francisco") one. The first only lets a loop run longer; the second can nudge, and a stop still needs the
-evidence the guard's rules ask for. The corpus bench (``benches/real_traces.py``) measures
-both on traces no one here wrote.
+one form when their forms are (``same_form``). What this cannot see: one-word values that are
+spellings of one thing beyond case and punctuation (``Yusuf``, ``Yousuf``; ``RetryPolicy``,
+``retry_policy``) are different questions to it, and free texts that name different things
+("New York", "San Francisco") one. The first only lets a loop run longer; the second can
+nudge, and a stop still needs the evidence the guard's rules ask for. The corpus bench
+(``benches/real_traces.py``) measures both on traces no one here wrote.
 
 Nothing here runs on the check's fast path: a question is told only once a result came back
 empty or failed (from the arguments the guard holds until the call is observed), or for a new
