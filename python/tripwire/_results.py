@@ -144,16 +144,25 @@ def _safe_str(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-KeyFunction = Callable[[str, Any], str]
+# ``call_key`` of either backend (which also takes ``volatile_keys=``).
+KeyFunction = Callable[..., str]
 
 
-def digest(name: str, value: Any, key: KeyFunction = call_key) -> str | None:
+def digest(
+    name: str,
+    value: Any,
+    key: KeyFunction = call_key,
+    volatile_keys: frozenset[str] | None = None,
+) -> str | None:
     """The key of a value, or ``None`` where it cannot be keyed (nested too deep, an int too
     long to print, a type JSON cannot write): the guard then knows only that the call ran,
     and says nothing about whether its result changed. ``key``: the backend's ``call_key``
-    (the native guard passes its own; the keys are equal, the native one is faster)."""
+    (the native guard passes its own; the keys are equal, the native one is faster);
+    ``volatile_keys``: the dict keys dropped at any depth (``None``: the default ones)."""
     try:
-        return key(name, value)
+        if volatile_keys is None:
+            return key(name, value)
+        return key(name, value, volatile_keys=volatile_keys)
     except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
         return None
 
@@ -173,8 +182,13 @@ def describe_result(
 ) -> tuple[str | None, bool, bool, bool, str | None]:
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
-    results (a failure's digest is its error text's, so it never equals a success's)."""
-    if error is None and (policy is None or not (policy.empty_answers or policy.empty_digests)):
+    results (a failure's digest is its error text's, so it never equals a success's). A
+    policy's ``volatile_result_keys`` are dropped from the result at any depth before it is
+    digested, as the default volatile keys always are."""
+    volatile = None if policy is None else policy.result_volatile
+    if error is None and (
+        policy is None or not (policy.empty_answers or policy.empty_digests or volatile)
+    ):
         # The commonest results, short-cut (the same rules, none of the envelope checks
         # applies): a list that is no content-block list, a text that can be neither JSON nor
         # an error's ("Error: ...", "<tool_use_error>"). observe runs once per tool call.
@@ -213,7 +227,7 @@ def describe_result(
         else:
             text = _error_text(error if isinstance(error, str) else _safe_repr(error))
     if not failed:
-        found = digest("result", value, key)
+        found = digest("result", value, key, volatile)
         empty = found is not None and _policy_empty(value, found, policy)
         return found, empty, False, False, None
     assert text is not None
