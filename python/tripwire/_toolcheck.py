@@ -110,7 +110,14 @@ class ToolReport:
         return next((f for f in self.findings if f.kind == kind), None)
 
     def __str__(self) -> str:
-        lines = [f"{self.name}: " + ("honest" if self.honest else "the key would lie")]
+        verdict = (
+            "could not be checked"
+            if self.problem is not None
+            else "honest"
+            if self.honest
+            else "the key would lie"
+        )
+        lines = [f"{self.name}: {verdict}"]
         if self.problem is not None:
             lines.append(f"  problem: {self.problem}")
         for found in self.findings:

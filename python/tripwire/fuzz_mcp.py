@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT: Final = 10.0
 # Time to start the server and list its tools.
 START_TIMEOUT: Final = 60.0
+# JSON-RPC error code of a call whose connection closed (the server exited).
+CONNECTION_CLOSED: Final = -32000
 
 
 class McpServer:
@@ -105,7 +107,8 @@ class McpServer:
             future.cancel()
             raise ToolUnavailable(f"no answer within {self._timeout:g} s") from None
         except Exception as exc:
-            if self._client is None or _is_timeout(exc):
+            gone = self._client is None or _error_code(exc) == CONNECTION_CLOSED
+            if gone or _is_timeout(exc):
                 why = "no answer" if _is_timeout(exc) else "the server exited"
                 raise ToolUnavailable(f"{why} ({type(exc).__name__}: {exc}){self._log()}") from None
             if type(exc).__name__ in ("MCPError", "McpError"):
@@ -135,6 +138,11 @@ class McpServer:
         self._stderr.close()
 
 
+def _error_code(exc: BaseException) -> Any:
+    error = getattr(exc, "error", None)
+    return getattr(error, "code", getattr(exc, "code", None))
+
+
 def _is_timeout(exc: BaseException) -> bool:
     text = str(exc).lower()
     return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
@@ -153,14 +161,16 @@ def fuzz_server(
     timeout: float = DEFAULT_TIMEOUT,
     values: Mapping[str, Sequence[Any]] | None = None,
     only: Sequence[str] = (),
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
     seed: int | None = 0,
 ) -> tuple[list[ToolReport], list[str]]:
     """Checks the tools of the MCP server that ``command`` starts; the reports, and the
     names of the tools skipped as not read-only."""
     from tripwire._toolcheck import check_tool
 
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     server = McpServer(command, timeout, err)
     try:
         tools = server.start()
