@@ -70,8 +70,9 @@ pub(crate) struct ToolSpec {
     keep_whitespace: bool,
     /// Declared `read`: its results may be served from the run's cache.
     cacheable: bool,
-    /// What counts as an empty result is the built-in rule (no `empty` setting).
-    plain_empties: bool,
+    /// Its results are judged by the built-in rules alone (no `empty` setting, no
+    /// `volatile_result_keys`), so the commonest ones may take the short cut.
+    plain_results: bool,
     /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
@@ -557,12 +558,17 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
     let source: String = policy.getattr("source")?.extract()?;
     let empty_answers: bool = policy.getattr("empty_answers")?.extract()?;
     let empty_digests = policy.getattr("empty_digests")?.len()?;
+    let result_keys = policy.getattr("volatile_result_keys")?.len()?;
     Ok(ToolSpec {
         rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
         keep_whitespace: whitespace == "keep",
         cacheable: policy_kind == Some(Policy::Read) && source == "declared",
-        // A shell's results are never empty: the reference's reader decides them.
-        plain_empties: !empty_answers && empty_digests == 0 && policy_kind != Some(Policy::Shell),
+        // A shell's results are never empty, and keys left out of a result change its
+        // digest: the reference's reader decides those.
+        plain_results: !empty_answers
+            && empty_digests == 0
+            && result_keys == 0
+            && policy_kind != Some(Policy::Shell),
         policy: policy.unbind(),
     })
 }
@@ -1280,9 +1286,9 @@ impl Guard {
         let tool = verdict.tool.bind(py);
         let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
         let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
-        let plain_empties = spec.as_ref().is_none_or(|s| s.plain_empties);
+        let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
         let outcome = match plain_result(result)? {
-            Some(empty) if !told && plain_empties => plain_outcome(py, result, empty)?,
+            Some(empty) if !told && plain_results => plain_outcome(py, result, empty)?,
             _ => described_outcome(py, spec.as_deref(), result, error, transient)?,
         };
         let call_id = match &verdict.call_id {

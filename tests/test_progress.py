@@ -1320,28 +1320,28 @@ POLICY_ERRORS = [
         {"policy": "poll", "max_poll": 5},
         ValueError,
         "unknown setting 'max_poll' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
+        "expected 'policy', 'max_polls', 'empty', 'whitespace' or 'volatile_result_keys'",
         id="unknown-setting",
     ),
     pytest.param(
         {"policy": "poll", "timeout": 3, "retries": 2},
         ValueError,
         "unknown setting 'retries', 'timeout' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
+        "expected 'policy', 'max_polls', 'empty', 'whitespace' or 'volatile_result_keys'",
         id="unknown-settings-sorted",
     ),
     pytest.param(
         {"policy": "nope", "extra": 1},
         ValueError,
         "unknown setting 'extra' in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
+        "expected 'policy', 'max_polls', 'empty', 'whitespace' or 'volatile_result_keys'",
         id="unknown-setting-first",
     ),
     pytest.param(
         {"policy": "read", 1: "x"},
         ValueError,
         "unknown setting 1 in the policy for tool 'build_status': "
-        "expected 'policy', 'max_polls', 'empty' or 'whitespace'",
+        "expected 'policy', 'max_polls', 'empty', 'whitespace' or 'volatile_result_keys'",
         id="unknown-setting-int",
     ),
     pytest.param(
@@ -1457,6 +1457,19 @@ POLICY_ERRORS = [
         TypeError,
         EMPTY_TYPE.format("range"),
         id="empty-range",
+    ),
+    pytest.param(
+        {"policy": "read", "volatile_result_keys": "fetched_at"},
+        TypeError,
+        "volatile_result_keys for tool 'build_status' must be a list of result field names "
+        "to ignore, not str",
+        id="volatile_result_keys-str",
+    ),
+    pytest.param(
+        {"policy": "read", "volatile_result_keys": ["fetched_at", 1]},
+        TypeError,
+        "volatile_result_keys for tool 'build_status' must hold str field names, not int",
+        id="volatile_result_keys-int",
     ),
     pytest.param(
         {"policy": "write", "whitespace": "strip"},

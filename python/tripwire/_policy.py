@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
+from tripwire._keys import DEFAULT_VOLATILE_KEYS
+
 Policy = Literal["read", "write", "volatile", "poll", "shell"]
 Whitespace = Literal["collapse", "keep"]
 Source = Literal["declared", "definition", "name"]
@@ -42,15 +44,18 @@ class ToolPolicy:
     """A tool's policy: its kind; for polls the most times one call may repeat in a run;
     what counts as an empty result (nothing at all, with ``empty_answers``: empty results
     are answers for this tool; or the built-in empties plus the digests of listed values);
-    whether its string arguments keep their whitespace in the key (code, patches); and
-    where it came from."""
+    whether its string arguments keep their whitespace in the key (code, patches); which
+    fields of its results change between identical calls (a fetch time, a request id), so
+    results are compared without them; and where it came from."""
 
     __slots__ = (
         "empty_answers",
         "empty_digests",
         "kind",
         "max_polls",
+        "result_volatile",
         "source",
+        "volatile_result_keys",
         "whitespace",
     )
 
@@ -69,6 +74,15 @@ class ToolPolicy:
         self.empty_answers = empty_answers
         self.whitespace = whitespace
         self.source = source
+        # The declared names, and what results are keyed without (the default volatile
+        # keys and these; None: the default alone, the common case).
+        self.volatile_result_keys: frozenset[str] = frozenset()
+        self.result_volatile: frozenset[str] | None = None
+
+    def ignore_in_results(self, keys: frozenset[str]) -> None:
+        """Results of this tool are compared without these dict keys, at any depth."""
+        self.volatile_result_keys = keys
+        self.result_volatile = DEFAULT_VOLATILE_KEYS | keys if keys else None
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -79,7 +93,7 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-_SETTINGS: Final = ("policy", "max_polls", "empty", "whitespace")
+_SETTINGS: Final = ("policy", "max_polls", "empty", "whitespace", "volatile_result_keys")
 
 
 def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
@@ -90,7 +104,7 @@ def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
     if unknown:
         raise ValueError(
             f"unknown setting {', '.join(unknown)} in the policy for tool {tool!r}: "
-            "expected 'policy', 'max_polls', 'empty' or 'whitespace'"
+            "expected 'policy', 'max_polls', 'empty', 'whitespace' or 'volatile_result_keys'"
         )
     kind = _check_policy_name(tool, spec.get("policy"))
     shown: dict[str, object] = {"policy": kind}
@@ -100,6 +114,12 @@ def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
             raise ValueError(f"max_polls is for 'poll' tools, not {kind!r} ({tool!r})")
         policy.max_polls = check_int("max_polls", spec["max_polls"], 1)
         shown["max_polls"] = policy.max_polls
+    if "volatile_result_keys" in spec:
+        # Read before "empty": the empty results' digests are taken without these keys, as
+        # every result of the tool is.
+        keys = _check_result_keys(tool, spec["volatile_result_keys"])
+        policy.ignore_in_results(keys)
+        shown["volatile_result_keys"] = sorted(keys)
     if "empty" in spec:
         from tripwire._results import digest, unwrap
 
@@ -108,7 +128,8 @@ def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
             policy.empty_answers = True
             shown["empty"] = False
         elif isinstance(empty, (list, tuple)):
-            digests = (digest("result", unwrap(v)[0]) for v in empty)
+            volatile = policy.result_volatile
+            digests = (digest("result", unwrap(v)[0], volatile_keys=volatile) for v in empty)
             policy.empty_digests = frozenset(d for d in digests if d is not None)
             shown["empty"] = list(empty)
         else:
@@ -125,6 +146,21 @@ def _check_tool_policy(tool: str, spec: object) -> tuple[ToolPolicy, object]:
         policy.whitespace = whitespace
         shown["whitespace"] = whitespace
     return policy, shown
+
+
+def _check_result_keys(tool: str, keys: object) -> frozenset[str]:
+    if not isinstance(keys, (list, tuple)):
+        raise TypeError(
+            f"volatile_result_keys for tool {tool!r} must be a list of result field names "
+            f"to ignore, not {type(keys).__name__}"
+        )
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"volatile_result_keys for tool {tool!r} must hold str field names, "
+                f"not {type(key).__name__}"
+            )
+    return frozenset(keys)
 
 
 def _check_policy_name(tool: str, policy: object) -> Policy:

@@ -144,16 +144,25 @@ def _safe_str(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-KeyFunction = Callable[[str, Any], str]
+# ``call_key`` of either backend (which also takes ``volatile_keys=``).
+KeyFunction = Callable[..., str]
 
 
-def digest(name: str, value: Any, key: KeyFunction = call_key) -> str | None:
+def digest(
+    name: str,
+    value: Any,
+    key: KeyFunction = call_key,
+    volatile_keys: frozenset[str] | None = None,
+) -> str | None:
     """The key of a value, or ``None`` where it cannot be keyed (nested too deep, an int too
     long to print, a type JSON cannot write): the guard then knows only that the call ran,
     and says nothing about whether its result changed. ``key``: the backend's ``call_key``
-    (the native guard passes its own; the keys are equal, the native one is faster)."""
+    (the native guard passes its own; the keys are equal, the native one is faster);
+    ``volatile_keys``: the dict keys dropped at any depth (``None``: the default ones)."""
     try:
-        return key(name, value)
+        if volatile_keys is None:
+            return key(name, value)
+        return key(name, value, volatile_keys=volatile_keys)
     except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
         return None
 
@@ -173,10 +182,15 @@ def describe_result(
 ) -> tuple[str | None, bool, bool, bool, str | None]:
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
-    results (a failure's digest is its error text's, so it never equals a success's)."""
+    results (a failure's digest is its error text's, so it never equals a success's). A
+    policy's ``volatile_result_keys`` are dropped from the result at any depth before it is
+    digested, as the default volatile keys always are."""
+    volatile = None if policy is None else policy.result_volatile
     if policy is not None and policy.kind == "shell":
-        return _shell_outcome(result, error, transient, key)
-    if error is None and (policy is None or not (policy.empty_answers or policy.empty_digests)):
+        return _shell_outcome(result, error, transient, key, volatile)
+    if error is None and (
+        policy is None or not (policy.empty_answers or policy.empty_digests or volatile)
+    ):
         # The commonest results, short-cut (the same rules, none of the envelope checks
         # applies): a list that is no content-block list, a text that can be neither JSON nor
         # an error's ("Error: ...", "<tool_use_error>"). observe runs once per tool call.
@@ -215,7 +229,7 @@ def describe_result(
         else:
             text = _error_text(error if isinstance(error, str) else _safe_repr(error))
     if not failed:
-        found = digest("result", value, key)
+        found = digest("result", value, key, volatile)
         empty = found is not None and _policy_empty(value, found, policy)
         return found, empty, False, False, None
     assert text is not None
@@ -225,7 +239,7 @@ def describe_result(
 
 
 def _shell_outcome(
-    result: Any, error: Any, transient: bool | None, key: KeyFunction
+    result: Any, error: Any, transient: bool | None, key: KeyFunction, volatile: Any
 ) -> tuple[str | None, bool, bool, bool, str | None]:
     """What a shell's result says (``tripwire._policy``): its output is its answer, whatever
     its exit status or error flag, never empty and never a failure. Only an exception (the
@@ -235,7 +249,7 @@ def _shell_outcome(
     value, _ = unwrap(result)
     if (value is None or value == "") and isinstance(error, str):
         value = error
-    return digest("result", value, key), False, False, False, None
+    return digest("result", value, key, volatile), False, False, False, None
 
 
 def _policy_empty(value: Any, key: str, policy: Any) -> bool:

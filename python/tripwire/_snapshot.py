@@ -13,7 +13,8 @@ Version 1, field by field::
     config  = bytes: compact JSON, keys sorted, ASCII only (read_config has the fields):
               window, nudge_at, stop_at, max_steps, volatile_keys (null: the default; else
               the sorted names), tools ({name: [policy, max_polls, empty_answers, sorted
-              empty digests, whitespace]}), tools_repr, infer, definitions ({name: policy})
+              empty digests, whitespace, and where there are any the sorted
+              volatile_result_keys]}), tools_repr, infer, definitions ({name: policy})
     digest  = the first 8 bytes of SHA-256 over the config bytes
     state   = steps varint | turn varint | window | stop | call ids | polls | retries | cache
     window  = count varint (at most the window size) | entry * count, oldest first
@@ -119,21 +120,27 @@ def config_bytes(
         "stop_at": stop_at,
         "max_steps": None if max_steps is None else int(max_steps),
         "volatile_keys": volatile_names,
-        "tools": {
-            name: [
-                policy.kind,
-                policy.max_polls,
-                policy.empty_answers,
-                sorted(policy.empty_digests),
-                policy.whitespace,
-            ]
-            for name, policy in tools.items()
-        },
+        "tools": {name: _written_policy(policy) for name, policy in tools.items()},
         "tools_repr": tools_repr,
         "infer": infer,
         "definitions": dict(definitions),
     }
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def _written_policy(policy: ToolPolicy) -> list[Any]:
+    written: list[Any] = [
+        policy.kind,
+        policy.max_polls,
+        policy.empty_answers,
+        sorted(policy.empty_digests),
+        policy.whitespace,
+    ]
+    # Only where there are any: a configuration without them is written as before this
+    # setting existed, so its snapshots (and their digests) stay the same bytes.
+    if policy.volatile_result_keys:
+        written.append(sorted(policy.volatile_result_keys))
+    return written
 
 
 def config_digest(config: bytes) -> bytes:
@@ -217,9 +224,16 @@ def read_config(data: bytes) -> Config:
 
 
 def _read_policy(spec: Any) -> ToolPolicy:
-    if type(spec) is not list or len(spec) != 5:
+    if type(spec) is not list or len(spec) not in (5, 6):
         raise ValueError("bad tool policy")
-    kind, max_polls, empty_answers, digests, whitespace = spec
+    kind, max_polls, empty_answers, digests, whitespace = spec[:5]
+    result_keys = spec[5] if len(spec) == 6 else []
+    if (
+        type(result_keys) is not list
+        or not all(type(k) is str for k in result_keys)
+        or (len(spec) == 6 and not result_keys)
+    ):
+        raise ValueError("bad volatile_result_keys")
     if kind not in POLICIES or type(empty_answers) is not bool:
         raise ValueError("bad tool policy")
     check_int("max_polls", max_polls, 1)
@@ -227,7 +241,9 @@ def _read_policy(spec: Any) -> ToolPolicy:
         raise ValueError("bad empty digests")
     if whitespace not in ("keep", "collapse"):
         raise ValueError("bad whitespace")
-    return ToolPolicy(kind, max_polls, frozenset(digests), empty_answers, whitespace)
+    policy = ToolPolicy(kind, max_polls, frozenset(digests), empty_answers, whitespace)
+    policy.ignore_in_results(frozenset(result_keys))
+    return policy
 
 
 # -- JSON values (the read cache) ----------------------------------------------------------

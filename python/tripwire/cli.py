@@ -236,6 +236,10 @@ def _parser() -> argparse.ArgumentParser:
         "--canonical", action="store_true", help="also print the canonical JSON that is hashed"
     )
     _add_volatile(kp)
+    # Imported here, not at the top: `fuzz` needs hypothesis and mcp, and only when it runs.
+    from tripwire import fuzz_mcp
+
+    fuzz_mcp.add_parser(commands)
     return parser
 
 
@@ -416,6 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "key":
             return _key(args)
+        if args.command == "fuzz":
+            from tripwire import fuzz_mcp
+
+            return fuzz_mcp.main(args)
         return _replay(args, parser)
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -12,6 +12,9 @@ tripwire[test]`` or ``pip install hypothesis``).
 * :func:`exotic_values` adds what is not JSON but which ``call_key`` still accepts or must
   reject the way ``json.dumps`` does: tuples, subclasses, non-``str`` keys and, optionally,
   unserialisable values (``Decimal``, sets, bytes, mixed-type keys).
+* :func:`check_tool` runs *your* tool on such spellings, and on one call twice, and reports
+  where the key would lie about it, with the policy that makes it truthful;
+  :func:`assert_tool_honest` is its form for a test suite.
 * :func:`equivalent_variants` draws, for one argument value, other spellings of it that must
   get the same call key: reordered keys, different whitespace, extra ``None`` entries, ints
   written as floats, volatile keys added.
@@ -40,14 +43,21 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from tripwire import DEFAULT_VOLATILE_KEYS
+from tripwire._toolcheck import KINDS, Finding, ToolReport, ToolUnavailable, check_tool
 
 __all__ = (
+    "KINDS",
     "WHITESPACE",
     "Colour",
+    "Finding",
     "FloatSubclass",
     "IntSubclass",
     "Mode",
     "StrSubclass",
+    "ToolReport",
+    "ToolUnavailable",
+    "assert_tool_honest",
+    "check_tool",
     "dict_keys",
     "equivalent_variants",
     "exotic_values",
@@ -414,3 +424,16 @@ def equivalent_variants(
     names = sorted(key for key in set(keys) if type(key) is str)
     volatile = st.lists(st.sampled_from(names), max_size=2, unique=True) if names else None
     return _variants(args, volatile)
+
+
+def assert_tool_honest(tool: Any, arguments: Any = None, **options: Any) -> ToolReport:
+    """``check_tool(tool, arguments, **options)``, raising ``AssertionError`` with the report
+    if the key would lie about the tool (or it hung); else the report. In a test::
+
+        def test_my_tool_is_keyed_truthfully():
+            assert_tool_honest(get_invoice, {"type": "object", "properties": {...}})
+    """
+    report = check_tool(tool, arguments, **options)
+    if not report.honest:
+        raise AssertionError(f"the call key would lie about this tool:\n{report}")
+    return report
