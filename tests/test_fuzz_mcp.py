@@ -199,6 +199,12 @@ def test_the_suggested_policy_stops_a_loop_on_get_current_time(
             return shown
 
         assert asked(tw.Guard(infer=False), 5) == ["allow"] * 5
-        assert asked(tw.Guard(infer=False, tools=policies), 5) == ["allow", "nudge", "stop"]
+        # Issue 25: after the nudge one more asking runs; the clock left out, it repeats.
+        assert asked(tw.Guard(infer=False, tools=policies), 5) == [
+            "allow",
+            "nudge",
+            "allow",
+            "stop",
+        ]
     finally:
         server.close()

@@ -240,12 +240,14 @@ def test_the_suggested_policies_are_taken_by_the_guard(tw: str) -> None:
     }
     guard = module.Guard(tools=tools)
     verdicts = []
-    for _ in range(3):
+    for _ in range(4):
         verdict = guard.check("fetch_status", {"service": "api"})
         verdicts.append(verdict.action)
         if verdict.action == "allow":
             guard.observe(verdict, fetch_status("api"))
-    assert verdicts == ["allow", "nudge", "stop"]
+    # Its volatile field left out, the status repeats: nudged, run once more (issue 25: the
+    # evidence a stop rests on), then stopped.
+    assert verdicts == ["allow", "nudge", "allow", "stop"]
     # The whitespace of read_file's path is kept in its key.
     assert (
         guard.check("read_file", {"path": "a "}).key != guard.check("read_file", {"path": "a"}).key
