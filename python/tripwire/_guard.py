@@ -76,7 +76,7 @@ from tripwire._policy import (
     check_tools,
     infer_policy,
 )
-from tripwire._question import Question, question_of, same_form, same_question
+from tripwire._question import Question, question_of, same_question
 from tripwire._results import describe_result
 from tripwire._snapshot import (
     ACTIONS,
@@ -859,17 +859,16 @@ class Guard:
             return empty
         return self._error_run(question)
 
-    def _tail(self, question: Question | None, fits: Any, same: Any) -> list[_Entry]:
+    def _tail(self, question: Question | None, fits: Any) -> list[_Entry]:
         """The calls at the end of the window, newest first, back to the last user message,
         that ``fits`` or were nudged (so ran no better), each asking the same question as this
-        call (``question``) or as a later call of the run, by ``same``
-        (``tripwire._question``: for empty answers the question, for errors the form)."""
+        call (``question``) or as a later call of the run (``tripwire._question``)."""
         run: list[_Entry] = []
         asked = [question]
         for entry in reversed(self._window):
             if entry.turn != self._turn or not (entry.nudged or fits(entry)):
                 break
-            if not any(same(entry.question, other) for other in asked):
+            if not any(same_question(entry.question, other) for other in asked):
                 break
             run.append(entry)
             asked.append(entry.question)
@@ -892,7 +891,7 @@ class Guard:
         """The calls at the end of the window that came back empty (or were nudged) asking
         this call's question; with the message detail: how many came back empty, and the
         tool."""
-        run = self._tail(question, lambda entry: entry.empty, same_question)
+        run = self._tail(question, lambda entry: entry.empty)
         empties, after_nudge = self._run_counts(run)
         if empties == 0:
             return 0, "none", None
@@ -909,7 +908,6 @@ class Guard:
         run = self._tail(
             question,
             lambda entry: entry.failed and not entry.retry and entry.result == last.result,
-            same_form,
         )
         failures, after_nudge = self._run_counts(run)
         if failures == 0:
@@ -1236,7 +1234,7 @@ class Guard:
                 if errors.setdefault(entry.result, entry.error) != entry.error:
                     raise SnapshotError("not a tripwire guard snapshot: one digest, two errors")
             if flags & QUESTION:
-                entry.question = (reader.key(), reader.key(), reader.key())
+                entry.question = (reader.key(), reader.key())
             window.append(entry)
         stopped = self._read_verdict(reader) if reader.flag() else None
         by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
