@@ -141,9 +141,11 @@ pub struct Decision {
 }
 
 /// Objects the state let go of, to be dropped by the caller once its lock is released.
+/// Results are kept inline: in a steady state, every allowed check lets go of the arguments
+/// the window's oldest call was holding, and a check should not allocate for that.
 pub struct Released<V, R, N> {
     pub verdicts: Vec<V>,
-    pub results: Vec<R>,
+    pub results: SmallVec<[R; 2]>,
     pub names: Vec<N>,
 }
 
@@ -151,7 +153,7 @@ impl<V, R, N> Default for Released<V, R, N> {
     fn default() -> Self {
         Released {
             verdicts: Vec::new(),
-            results: Vec::new(),
+            results: SmallVec::new(),
             names: Vec::new(),
         }
     }
@@ -1691,7 +1693,7 @@ mod tests {
             None,
             None,
         );
-        assert_eq!(released.results, vec![42]);
+        assert_eq!(released.results[..], [42]);
         assert_eq!(state.cached(&again, true, 7), None);
     }
 
@@ -1793,7 +1795,7 @@ mod tests {
         state.store_result(1, 5);
         let released = state.reset();
         assert_eq!(released.verdicts, vec!["stop"]);
-        assert_eq!(released.results, vec![5]);
+        assert_eq!(released.results[..], [5]);
         assert_eq!(state.steps(), 0);
         assert!(state.is_empty());
     }
