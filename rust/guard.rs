@@ -141,9 +141,11 @@ pub struct Decision {
 }
 
 /// Objects the state let go of, to be dropped by the caller once its lock is released.
+/// Results are kept inline: in a steady state, every allowed check lets go of the arguments
+/// the window's oldest call was holding, and a check should not allocate for that.
 pub struct Released<V, R, N> {
     pub verdicts: Vec<V>,
-    pub results: Vec<R>,
+    pub results: SmallVec<[R; 2]>,
     pub names: Vec<N>,
 }
 
@@ -151,7 +153,7 @@ impl<V, R, N> Default for Released<V, R, N> {
     fn default() -> Self {
         Released {
             verdicts: Vec::new(),
-            results: Vec::new(),
+            results: SmallVec::new(),
             names: Vec::new(),
         }
     }
@@ -173,23 +175,17 @@ impl<V, R, N> Released<V, R, N> {
 }
 
 /// What a call asks (the reference's `tripwire._question`, which computes it): the digests
-/// of its raw arguments, of its shape and of its form.
+/// of its raw arguments and of its shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Question {
     pub raw: Key,
     pub shape: Key,
-    pub form: Key,
 }
 
 /// Whether two calls ask the same question (the reference's `same_question`); unknown is
 /// not the same.
 fn same_question(a: Option<Question>, b: Option<Question>) -> bool {
     matches!((a, b), (Some(a), Some(b)) if a.shape == b.shape)
-}
-
-/// Whether two calls are of one form (the reference's `same_form`).
-fn same_form(a: Option<Question>, b: Option<Question>) -> bool {
-    matches!((a, b), (Some(a), Some(b)) if a.form == b.form)
 }
 
 /// What came after a nudge in a run of empty results or of one error (the reference's
@@ -886,21 +882,18 @@ impl<V, R, N> RunState<V, R, N> {
     }
 
     /// How many calls at the end of the window `fits` or were nudged, back to the last user
-    /// message, each asking the same question (by `same`) as `question` or as a later call
-    /// of the run.
-    fn tail_len(
-        &self,
-        question: Option<Question>,
-        fits: impl Fn(&Entry) -> bool,
-        same: fn(Option<Question>, Option<Question>) -> bool,
-    ) -> usize {
+    /// message, each asking the same question as `question` or as a later call of the run.
+    fn tail_len(&self, question: Option<Question>, fits: impl Fn(&Entry) -> bool) -> usize {
         let mut asked: SmallVec<[Option<Question>; 16]> = SmallVec::new();
         asked.push(question);
         for entry in self.window.iter().rev() {
             if entry.turn != self.turn || !(entry.nudged || fits(entry)) {
                 break;
             }
-            if !asked.iter().any(|&other| same(entry.question, other)) {
+            if !asked
+                .iter()
+                .any(|&other| same_question(entry.question, other))
+            {
                 break;
             }
             asked.push(entry.question);
@@ -930,7 +923,7 @@ impl<V, R, N> RunState<V, R, N> {
     /// The calls at the end of the window that came back empty (or were nudged) asking this
     /// call's question; with the message detail: how many came back empty, and their tools.
     fn empty_run(&self, question: Option<Question>) -> (u32, AfterNudge, Detail) {
-        let run = self.tail_len(question, |e| e.empty, same_question);
+        let run = self.tail_len(question, |e| e.empty);
         let tail = self.window.range(self.window.len() - run..);
         let (empties, after) = Self::run_counts(tail.clone());
         if empties == 0 {
@@ -947,7 +940,8 @@ impl<V, R, N> RunState<V, R, N> {
     }
 
     /// The calls at the end of the window that failed with one error (not a transient one),
-    /// or were nudged, of this call's form; with the message detail: the failures, the error.
+    /// or were nudged, asking this call's question; with the message detail: the failures and
+    /// the error.
     fn error_run(&self, question: Option<Question>) -> (u32, AfterNudge, Detail) {
         let none = (0, AfterNudge::None, Detail::Plain);
         let Some(last) = self.window.iter().rev().find(|e| !e.nudged) else {
@@ -956,11 +950,9 @@ impl<V, R, N> RunState<V, R, N> {
         let Some(error) = last.result.filter(|_| last.failed && !last.retry) else {
             return none;
         };
-        let run = self.tail_len(
-            question,
-            |e| e.failed && !e.retry && e.result == Some(error),
-            same_form,
-        );
+        let run = self.tail_len(question, |e| {
+            e.failed && !e.retry && e.result == Some(error)
+        });
         let tail = self.window.range(self.window.len() - run..);
         let (failures, after) = Self::run_counts(tail);
         if failures == 0 {
@@ -1348,11 +1340,7 @@ mod tests {
 
     /// A question of one shape and form, told by its raw arguments.
     fn asking(raw: Key) -> Option<Question> {
-        Some(Question {
-            raw,
-            shape: 1,
-            form: 1,
-        })
+        Some(Question { raw, shape: 1 })
     }
 
     /// Checks, and when allowed observes `result` (0 meaning an empty result).
@@ -1593,7 +1581,6 @@ mod tests {
             let question = Some(Question {
                 raw: key,
                 shape: key,
-                form: 1,
             });
             let decision = run_observed_asking(&mut state, key, 0, None, 0, question);
             assert_eq!(decision.action, Allow);
@@ -1706,7 +1693,7 @@ mod tests {
             None,
             None,
         );
-        assert_eq!(released.results, vec![42]);
+        assert_eq!(released.results[..], [42]);
         assert_eq!(state.cached(&again, true, 7), None);
     }
 
@@ -1808,7 +1795,7 @@ mod tests {
         state.store_result(1, 5);
         let released = state.reset();
         assert_eq!(released.verdicts, vec!["stop"]);
-        assert_eq!(released.results, vec![5]);
+        assert_eq!(released.results[..], [5]);
         assert_eq!(state.steps(), 0);
         assert!(state.is_empty());
     }

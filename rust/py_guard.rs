@@ -648,12 +648,11 @@ impl Guard {
             text,
             self.config.volatile.set(py),
         ))?;
-        let told: Option<(String, String, String)> = told.extract()?;
-        told.map(|(raw, shape, form)| {
+        let told: Option<(String, String)> = told.extract()?;
+        told.map(|(raw, shape)| {
             Ok(Question {
                 raw: parse_digest(&raw)?,
                 shape: parse_digest(&shape)?,
-                form: parse_digest(&form)?,
             })
         })
         .transpose()

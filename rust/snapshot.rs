@@ -679,7 +679,6 @@ impl<V, R, N> RunState<V, R, N> {
             if let Some(question) = entry.question {
                 out.key(question.raw);
                 out.key(question.shape);
-                out.key(question.form);
             }
         }
         out.u8(u8::from(self.stopped.is_some()));
@@ -756,7 +755,6 @@ impl<V, R, N> RunState<V, R, N> {
                 Some(Question {
                     raw: reader.key()?,
                     shape: reader.key()?,
-                    form: reader.key()?,
                 })
             } else {
                 None
@@ -965,7 +963,6 @@ mod tests {
             let question = (i % 3 == 0).then_some(Question {
                 raw: i,
                 shape: i % 2,
-                form: 5,
             });
             let decision = state.decide(&limits, key, rule, question);
             let id = format!("call-{i}");

@@ -84,18 +84,23 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
         run(agent)
     stop = stop_of(raised.value)
     assert stop is not None
-    assert (stop.action, stop.reason, stop.tool, stop.step) == (
+    # Issue 25: a stop rests on a result seen after the nudge, so the call after the
+    # nudge runs (and comes back the same) and the 4th occurrence is stopped.
+    assert (stop.action, stop.reason, stop.tool, stop.step, stop.repeats) == (
         "stop",
         "loop_detected",
         "get_logs",
-        3,
+        4,
+        4,
     )
-    assert stop.call_id == "call_2"
-    assert ran == [("get_logs", ("checkout", "15m", "error"))]  # the first call only
+    assert stop.call_id == "call_3"
+    # The first call and the one after the nudge ran; the nudged one did not.
+    assert ran == [("get_logs", ("checkout", "15m", "error"))] * 2
     assert outputs(model, 1) == {"call_0": "[]"}
     nudge = outputs(model, 2)["call_1"]
     assert nudge.startswith("This is the second identical call to get_logs")
-    assert len(model.calls) == 3  # no model call after the stop
+    assert outputs(model, 3)["call_2"] == "[]"
+    assert len(model.calls) == 4  # no model call after the stop
 
 
 def test_healthy_turn_is_untouched(tw: ModuleType) -> None:
@@ -213,7 +218,8 @@ def test_readme_agents_example_runs() -> None:
     namespace: dict[str, Any] = {"MODEL": ScriptedModel(steps), "TOOLS": triage_tools(ran)}
     exec(compile(block, str(README), "exec"), namespace)
     stop = namespace["stop"]
-    assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 3, 1)
+    # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
+    assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 4, 2)
 
 
 def test_streamed_run_is_guarded_the_same(tw: ModuleType) -> None:
@@ -231,5 +237,6 @@ def test_streamed_run_is_guarded_the_same(tw: ModuleType) -> None:
 
     with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
         asyncio.run(main())
-    assert stop_of(raised.value).step == 3  # type: ignore[union-attr]
-    assert len(ran) == 1 and len(model.calls) == 3
+    # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
+    assert stop_of(raised.value).step == 4  # type: ignore[union-attr]
+    assert len(ran) == 2 and len(model.calls) == 4

@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from tripwire.adapters.langchain import LoopGuardMiddleware
 
 # The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 8))
+SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 9))
 
 
 class ScriptedChatModel(GenericFakeChatModel):
@@ -55,7 +55,7 @@ def script(*turns: Any) -> ScriptedChatModel:
     return ScriptedChatModel(messages=messages())
 
 
-def seed_turns(start: int = 0, stop: int = 4) -> list[Any]:
+def seed_turns(start: int = 0, stop: int = 5) -> list[Any]:
     return [[(f"call_{i}", "get_logs", SEED_ARGS[i])] for i in range(start, stop)]
 
 
@@ -92,14 +92,18 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
     ran: list[Any] = []
     agent = agent_for(tw, script(*seed_turns()), ran)
     messages = agent.invoke(ask())["messages"]
-    assert ran == [("get_logs", "checkout")]
+    # Issue 25: the call after the nudge runs (its result is the evidence a stop needs);
+    # the 4th occurrence is stopped.
+    assert ran == [("get_logs", "checkout")] * 2
     sent = answers(messages)
     assert sent["call_0"].status == "success"
     assert sent["call_1"].status == "error"
     assert sent["call_1"].content.startswith("This is the second identical call to get_logs")
-    stop = sent["call_2"]
+    assert sent["call_2"].status == "success" and sent["call_2"].content == []
+    stop = sent["call_3"]
     assert stop.status == "error" and stop.content.startswith("Stopped (loop_detected): get_logs")
-    assert "call_3" not in sent  # the model was not asked again
+    assert "4 times with the same arguments and the same result" in stop.content
+    assert "call_4" not in sent  # the model was not asked again
     final = messages[-1]
     assert isinstance(final, AIMessage) and final.content == stop.content
     assert not final.tool_calls
@@ -116,7 +120,7 @@ def test_the_guard_is_in_the_threads_state(tw: ModuleType) -> None:
     agent, config = checkpointed(tw, script(*seed_turns()), [])
     assert "tripwire_guard" not in agent.invoke(ask(), config)
     guard = LoopGuardMiddleware(make_guard=tw.Guard).guard_of(agent.get_state(config).values)
-    assert guard.stopped and guard.steps == 3
+    assert guard.stopped and guard.steps == 4  # issue 25: the 4th occurrence stops
 
 
 def test_healthy_turn_is_untouched(tw: ModuleType) -> None:
@@ -168,7 +172,7 @@ def test_failures_are_observed_from_tool_messages(tw: ModuleType) -> None:
 
     get_orders.handle_tool_error = True
 
-    turns = [[(f"o{i}", "get_orders", {"customer": "c-1"})] for i in range(3)]
+    turns = [[(f"o{i}", "get_orders", {"customer": "c-1"})] for i in range(4)]
     middleware = LoopGuardMiddleware(make_guard=tw.Guard)
     agent = create_agent(script(*turns), [get_orders], middleware=[middleware])
     messages = agent.invoke(ask())["messages"]
@@ -176,12 +180,16 @@ def test_failures_are_observed_from_tool_messages(tw: ModuleType) -> None:
     assert sent["o0"].status == "error"
     assert "customer id malformed" in sent["o0"].content
     assert 'the last one failed with "upstream says:' in sent["o1"].content
+    # Issue 25: the call after the nudge runs and fails the same way; the next is stopped.
+    assert "customer id malformed" in sent["o2"].content
+    assert 'it failed 2 times with "upstream says:' in sent["o3"].content
 
 
 def test_checkpointed_run_resumed_mid_loop_stops_at_the_right_step(tw: ModuleType) -> None:
     """The provider fails at the third model call; the run is resumed from its checkpoint
     by a new agent (new middleware, new model: nothing kept in memory) and still stops at
-    step 3, as the run would have without the failure."""
+    step 4 (issue 25: the call after the nudge runs), as the run would have without the
+    failure."""
     checkpointer = InMemorySaver()
     config = {"configurable": {"thread_id": "triage-1"}}
     ran: list[Any] = []
@@ -190,13 +198,14 @@ def test_checkpointed_run_resumed_mid_loop_stops_at_the_right_step(tw: ModuleTyp
     )
     with pytest.raises(RuntimeError, match="provider down"):
         first.invoke(ask(), config)
-    resumed = agent_for(tw, script(*seed_turns(2, 4)), ran, checkpointer=checkpointer)
+    resumed = agent_for(tw, script(*seed_turns(2)), ran, checkpointer=checkpointer)
     messages = resumed.invoke(None, config)["messages"]
-    assert ran == [("get_logs", "checkout")]
-    stop = answers(messages)["call_2"]
+    assert ran == [("get_logs", "checkout")] * 2
+    assert answers(messages)["call_2"].status == "success"
+    stop = answers(messages)["call_3"]
     assert stop.status == "error" and stop.content == messages[-1].content
     state = resumed.get_state(config).values
-    assert LoopGuardMiddleware(make_guard=tw.Guard).guard_of(state).steps == 3
+    assert LoopGuardMiddleware(make_guard=tw.Guard).guard_of(state).steps == 4
 
 
 def test_interrupted_before_tools_and_resumed(tw: ModuleType) -> None:
@@ -209,13 +218,16 @@ def test_interrupted_before_tools_and_resumed(tw: ModuleType) -> None:
         tw, script(*seed_turns()), ran, checkpointer=checkpointer, interrupt_before=["tools"]
     )
     state = agent.invoke(ask(), config)
-    for _ in range(4):
+    for _ in range(5):
         if not agent.get_state(config).next:
             break
         state = agent.invoke(None, config)
     sent = answers(state["messages"])
-    assert ran == [("get_logs", "checkout")] and sent["call_1"].status == "error"
-    assert sent["call_2"].content == state["messages"][-1].content
+    # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
+    assert ran == [("get_logs", "checkout")] * 2 and sent["call_1"].status == "error"
+    assert sent["call_2"].status == "success"
+    assert sent["call_3"].content == state["messages"][-1].content
+    assert sent["call_3"].content.startswith("Stopped (loop_detected)")
 
 
 def test_a_new_user_message_after_a_stop_starts_afresh(tw: ModuleType) -> None:
@@ -225,9 +237,10 @@ def test_a_new_user_message_after_a_stop_starts_afresh(tw: ModuleType) -> None:
     model = script(*seed_turns(), "Checked again: nothing.")
     agent = agent_for(tw, model, ran, checkpointer=checkpointer)
     agent.invoke(ask(), config)
-    # The model's script resumes at call_3: the same call, now after a person asked again.
+    # The model's script resumes at call_4 (issue 25: the stop was call_3, the 4th): the
+    # same call, now after a person asked again.
     state = agent.invoke({"messages": [HumanMessage("Try the logs once more.")]}, config)
-    assert answers(state["messages"])["call_3"].status == "success"
+    assert answers(state["messages"])["call_4"].status == "success"
     assert state["messages"][-1].content == "Checked again: nothing."
 
 
@@ -235,8 +248,8 @@ def test_async_agent_works_the_same(tw: ModuleType) -> None:
     ran: list[Any] = []
     agent = agent_for(tw, script(*seed_turns()), ran)
     messages = asyncio.run(agent.ainvoke(ask()))["messages"]
-    assert ran == [("get_logs", "checkout")]
-    assert answers(messages)["call_2"].content == messages[-1].content
+    assert ran == [("get_logs", "checkout")] * 2  # issue 25: the call after the nudge ran
+    assert answers(messages)["call_3"].content == messages[-1].content
 
 
 def test_make_guard_or_options() -> None:
@@ -256,5 +269,5 @@ def test_readme_langchain_example_runs() -> None:
     ran: list[Any] = []
     namespace: dict[str, Any] = {"MODEL": script(*seed_turns()), "TOOLS": triage_tools(ran)}
     exec(compile(block, str(README), "exec"), namespace)
-    assert ran == [("get_logs", "checkout")]
+    assert ran == [("get_logs", "checkout")] * 2  # issue 25: the call after the nudge ran
     assert "get_logs" in namespace["result"]["messages"][-1].content

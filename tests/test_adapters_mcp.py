@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, ToolAnnotations  # noqa: E402
 from tripwire.adapters import mcp as tw_mcp  # noqa: E402
 
 # The seed's triage call, respelled as the model respelled it.
-SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 8))
+SEED_ARGS = tuple(get_logs_args(step) for step in range(4, 9))
 
 
 def ops_server(ran: list[tuple[str, dict[str, Any]]]) -> MCPServer:
@@ -77,17 +77,21 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
         return answers, stopped.value
 
     answers, stopped = run(body, ran)
-    assert len(ran) == 1  # only the first call reached the server
-    first, nudge = answers
+    # Issue 25: the call after the nudge reaches the server (its result is the evidence a
+    # stop needs); the 4th occurrence is stopped. The nudged one was not sent.
+    assert len(ran) == 2
+    first, nudge, third = answers
     assert isinstance(first, CallToolResult) and not first.is_error
     assert isinstance(nudge, CallToolResult) and nudge.is_error
     assert nudge.content[0].text.startswith("This is the second identical call to get_logs")
+    assert isinstance(third, CallToolResult) and not third.is_error
     stop = stopped.verdict
-    assert (stop.action, stop.reason, stop.tool, stop.step) == (
+    assert (stop.action, stop.reason, stop.tool, stop.step, stop.repeats) == (
         "stop",
         "loop_detected",
         "get_logs",
-        3,
+        4,
+        4,
     )
     assert str(stopped) == stop.message
 
@@ -152,19 +156,21 @@ def test_a_stop_in_a_turn_sends_nothing(tw: ModuleType) -> None:
     async def body(session: Any) -> Any:
         guarded_session = await guarded(tw, session)
         await guarded_session.call_tool("get_logs", SEED_ARGS[0])
-        await guarded_session.call_tool("get_logs", SEED_ARGS[1])
+        await guarded_session.call_tool("get_logs", SEED_ARGS[1])  # nudged
+        await guarded_session.call_tool("get_logs", SEED_ARGS[2])  # run (issue 25)
         with pytest.raises(tw_mcp.LoopStopped) as stopped:
             await guarded_session.call_turn(
                 [
                     ("get_metrics", {"service": "checkout", "metric": "p50"}),
-                    ("get_logs", SEED_ARGS[2]),
+                    ("get_logs", SEED_ARGS[3]),
                 ]
             )
         return stopped.value.verdict
 
     stop = run(body, ran)
-    assert (stop.tool, stop.reason) == ("get_logs", "loop_detected")
-    assert [name for name, _ in ran] == ["get_logs"]
+    assert (stop.tool, stop.reason, stop.repeats) == ("get_logs", "loop_detected", 4)
+    # The turn's get_metrics was not sent either.
+    assert [name for name, _ in ran] == ["get_logs", "get_logs"]
 
 
 def test_failures_are_observed_from_the_result(tw: ModuleType) -> None:
@@ -221,4 +227,5 @@ def test_readme_mcp_example_runs() -> None:
     namespace: dict[str, Any] = {"server": ops_server(ran)}
     exec(compile(block, str(README), "exec"), namespace)
     stop = namespace["stop"]
-    assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 3, 1)
+    # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
+    assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 4, 2)

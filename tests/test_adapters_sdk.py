@@ -219,22 +219,29 @@ def chat_loop(tw: ModuleType, api: FakeApi, tools_run: list[Any]) -> Any:
 
 
 def test_chat_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
-    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(4)]
+    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(5)]
     api, tools_run = FakeApi(_chat_check, script), []
     turn = chat_loop(tw, api, tools_run)
     assert turn is not None and turn.stopped
     stop = turn.stop
-    assert stop is not None and (stop.reason, stop.tool, stop.step) == (
+    assert stop is not None and (stop.reason, stop.tool, stop.step, stop.repeats) == (
         "loop_detected",
         "get_logs",
-        3,
+        4,
+        4,
     )
-    # The first call ran; the second was nudged (not run), the third stopped the run.
-    assert len(tools_run) == 1
+    # Issue 25: the first call ran; the second was nudged (not run); the third ran (its
+    # result is the evidence a stop needs) and the fourth stopped the run.
+    assert len(tools_run) == 2
     nudge = api.requests[2]["messages"][-1]
     assert nudge["tool_call_id"] == "call_1"
     assert nudge["content"].startswith("This is the second identical call to get_logs")
-    assert len(api.requests) == 3  # no request after the stop
+    assert api.requests[3]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": "[]",
+    }
+    assert len(api.requests) == 4  # no request after the stop
 
 
 def test_chat_healthy_turn_is_untouched(tw: ModuleType) -> None:
@@ -285,7 +292,8 @@ def test_chat_stopped_turn_answers_every_id(tw: ModuleType) -> None:
     guard = tw.Guard()
     client = openai_client(FakeApi(_chat_check, []))
     del client
-    for i in range(2):
+    # Allow, nudge, allow (issue 25: the call after the nudge runs): the next one stops.
+    for i in range(3):
         turn = tw_openai.chat_turn(guard, _chat_response([(f"c{i}", "get_logs", SEED_ARGS[0])]))
         for call in turn.to_run:
             turn.record(call, [])
@@ -346,7 +354,7 @@ def test_chat_unanswered_id_is_rejected_by_the_fake_api() -> None:
 
 
 def test_chat_async_client_works_the_same(tw: ModuleType) -> None:
-    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(4)]
+    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(5)]
     api = FakeApi(_chat_check, script)
 
     async def run() -> Any:
@@ -368,12 +376,12 @@ def test_chat_async_client_works_the_same(tw: ModuleType) -> None:
                 return turn
 
     turn = asyncio.run(run())
-    assert turn.stop.step == 3
-    assert len(api.requests) == 3
+    assert turn.stop.step == 4  # issue 25: the call after the nudge ran
+    assert len(api.requests) == 4
 
 
 def test_responses_seed_loop_and_outputs(tw: ModuleType) -> None:
-    script = [_responses_response([(f"fc{i}", "get_logs", SEED_ARGS[i])]) for i in range(4)]
+    script = [_responses_response([(f"fc{i}", "get_logs", SEED_ARGS[i])]) for i in range(5)]
     api = FakeApi(_responses_check, script)
     client, guard = openai_client(api), tw.Guard()
     items: list[Any] = [{"role": "user", "content": "why is checkout slow?"}]
@@ -388,10 +396,12 @@ def test_responses_seed_loop_and_outputs(tw: ModuleType) -> None:
         items += turn.outputs()
         if turn.stopped:
             break
-    assert (turn.stop.reason, turn.stop.step, runs) == ("loop_detected", 3, 1)  # type: ignore[union-attr]
+    # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
+    assert (turn.stop.reason, turn.stop.step, runs) == ("loop_detected", 4, 2)  # type: ignore[union-attr]
+    assert len(api.requests) == 4
     assert items[-1] == {
         "type": "function_call_output",
-        "call_id": "fc2",
+        "call_id": "fc3",
         "output": turn.stop.message,
     }  # type: ignore[union-attr]
 
@@ -416,11 +426,13 @@ def anthropic_loop(tw: ModuleType, api: FakeApi, run_tool: Callable[[str, Any], 
 
 def test_anthropic_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
     args = [json.loads(text) for text in SEED_ARGS]
-    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(4)]
+    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(5)]
     api, runs = FakeApi(_messages_check, script), []
     turn = anthropic_loop(tw, api, lambda name, a: runs.append(name) or [])
     assert turn is not None and turn.stop is not None
-    assert (turn.stop.reason, turn.stop.step, len(runs)) == ("loop_detected", 3, 1)
+    # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
+    assert (turn.stop.reason, turn.stop.step, len(runs)) == ("loop_detected", 4, 2)
+    assert len(api.requests) == 4
     nudge = api.requests[2]["messages"][-1]["content"][0]
     assert nudge["tool_use_id"] == "toolu_1" and nudge["is_error"] is True
     assert "second identical call to get_logs" in nudge["content"]
@@ -453,7 +465,7 @@ def test_anthropic_parallel_duplicates_and_errors(tw: ModuleType) -> None:
 
 def test_anthropic_async_client_works_the_same(tw: ModuleType) -> None:
     args = [json.loads(text) for text in SEED_ARGS]
-    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(4)]
+    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(5)]
     api = FakeApi(_messages_check, script)
 
     async def run() -> Any:
@@ -476,7 +488,8 @@ def test_anthropic_async_client_works_the_same(tw: ModuleType) -> None:
             if turn.stopped:
                 return turn
 
-    assert asyncio.run(run()).stop.step == 3
+    assert asyncio.run(run()).stop.step == 4  # issue 25: the call after the nudge ran
+    assert len(api.requests) == 4
 
 
 def test_a_result_not_recorded_is_named(tw: ModuleType) -> None:
@@ -504,7 +517,7 @@ GET_LOGS_SCHEMA = {
 
 
 def test_readme_openai_loop_runs() -> None:
-    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(4)]
+    script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(5)]
     api, ran = FakeApi(_chat_check, script), []
     namespace: dict[str, Any] = {
         "client": openai_client(api),
@@ -516,12 +529,14 @@ def test_readme_openai_loop_runs() -> None:
     }
     exec(compile(_readme_block("tripwire.adapters.openai"), str(README), "exec"), namespace)
     stop = namespace["turn"].stop
-    assert (stop.reason, stop.step, ran) == ("loop_detected", 3, ["get_logs"])
+    # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
+    assert (stop.reason, stop.step, ran) == ("loop_detected", 4, ["get_logs"] * 2)
+    assert len(api.requests) == 4
 
 
 def test_readme_anthropic_loop_runs() -> None:
     args = [json.loads(text) for text in SEED_ARGS]
-    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(4)]
+    script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(5)]
     api, ran = FakeApi(_messages_check, script), []
     namespace: dict[str, Any] = {
         "client": anthropic_client(api),
@@ -531,7 +546,9 @@ def test_readme_anthropic_loop_runs() -> None:
     }
     exec(compile(_readme_block("tripwire.adapters.anthropic"), str(README), "exec"), namespace)
     stop = namespace["turn"].stop
-    assert (stop.reason, stop.step, ran) == ("loop_detected", 3, ["get_logs"])
+    # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
+    assert (stop.reason, stop.step, ran) == ("loop_detected", 4, ["get_logs"] * 2)
+    assert len(api.requests) == 4
 
 
 def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
@@ -579,7 +596,7 @@ def _anthropic_stream(call_id: str, name: str, args: str) -> bytes:
 
 def test_anthropic_streamed_message_once_accumulated(tw: ModuleType) -> None:
     """Streaming users hand the adapter the accumulated message (get_final_message)."""
-    bodies = [_anthropic_stream(f"toolu_{i}", "get_logs", SEED_ARGS[i]) for i in range(4)]
+    bodies = [_anthropic_stream(f"toolu_{i}", "get_logs", SEED_ARGS[i]) for i in range(5)]
     seen: list[dict[str, Any]] = []
 
     def handle(request: Any) -> Any:
@@ -610,4 +627,5 @@ def test_anthropic_streamed_message_once_accumulated(tw: ModuleType) -> None:
         messages += [turn.user_message()]
         if turn.stopped:
             break
-    assert (turn.stop.step, len(seen)) == (3, 3)  # type: ignore[union-attr]
+    # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
+    assert (turn.stop.step, len(seen)) == (4, 4)  # type: ignore[union-attr]

@@ -47,13 +47,15 @@ def test_replay_example_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["replay", str(EXAMPLE)], capsys)
     assert (code, err) == (0, "")
     row = next(line for line in out.splitlines() if line.startswith("checkout-triage "))
+    # Issue 25: nudged at step 5, the call after the nudge (step 6) runs and comes back
+    # empty again, and step 7 (the 4th get_logs) is stopped.
     assert row.split() == [
-        "checkout-triage", "39", "1", "5", "6", "loop_detected", "get_logs", "34", "750k",
-        "$2.68", "$0.31", "$2.37",
+        "checkout-triage", "39", "1", "5", "7", "loop_detected", "get_logs", "33", "732k",
+        "$2.68", "$0.37", "$2.31",
     ]  # fmt: skip
-    assert "34 of 39 saved (87%)" in out
-    assert "$2.37 of $2.68 saved (88%); $0.31 spent with the guard" in out
-    assert f"{EXAMPLE}:6" in out
+    assert "33 of 39 saved (85%)" in out
+    assert "$2.31 of $2.68 saved (86%); $0.37 spent with the guard" in out
+    assert f"{EXAMPLE}:7" in out
     assert "tokens from the traces' own usage figures" in out
     assert "~" not in out
 
@@ -62,13 +64,22 @@ def test_replay_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["replay", "--json", str(EXAMPLE)], capsys)
     data = json.loads(out)
     assert code == 0
-    assert data["runs"][0]["stop_step"] == 6
-    assert data["summary"]["cost"]["guarded"] == pytest.approx(0.31, abs=0.005)
+    assert data["runs"][0]["stop_step"] == 7  # issue 25: the call after the nudge ran
+    assert data["summary"]["cost"]["guarded"] == pytest.approx(0.37, abs=0.005)
 
 
 def test_guard_options(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         ["replay", "--json", "--stop-at", "4", "--nudge-at", "3", str(EXAMPLE)], capsys
+    )
+    run_ = json.loads(out)["runs"][0]
+    # Issue 25: nudged at the 3rd get_logs (step 6); step 7 runs and the stop needs 3 results
+    # seen the same (steps 4, 5, 7): the 5th get_logs, step 8, is stopped.
+    assert (code, run_["nudge_step"], run_["stop_step"], run_["steps_saved"]) == (0, 6, 8, 32)
+    # Without results (hash only), the seed's count: the 4th occurrence is stopped.
+    code, out, _ = run(
+        ["replay", "--json", "--hash-only", "--stop-at", "4", "--nudge-at", "3", str(EXAMPLE)],
+        capsys,
     )
     run_ = json.loads(out)["runs"][0]
     assert (code, run_["nudge_step"], run_["stop_step"], run_["steps_saved"]) == (0, 6, 7, 33)
@@ -210,7 +221,7 @@ def test_python_dash_m_tripwire() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "$0.31 spent with the guard" in result.stdout
+    assert "$0.37 spent with the guard" in result.stdout
     assert result.stderr == ""
 
 
@@ -269,7 +280,7 @@ def test_console_script_when_installed() -> None:
         check=False,
     )
     assert result.returncode == 1  # the example loops
-    assert "$0.31 spent with the guard" in result.stdout
+    assert "$0.37 spent with the guard" in result.stdout
 
 
 # -- results, --hash-only, --tools / --tool ----------------------------------------------------
@@ -307,9 +318,10 @@ def test_no_progress_stops_in_table_fleet_and_tools(
     code, out, err = run(argv, capsys)
     assert (code, err) == (0, "")
     rows = [line.split() for line in out.splitlines() if "  no_progress  " in line]
+    # Issue 25: the reworded empty searches: allow x3, nudge, allow, stop at the 6th.
     assert [row[4:7] for row in rows] == [
         ["9", "no_progress", "edit_file"],
-        ["5", "no_progress", "search_docs"],
+        ["6", "no_progress", "search_docs"],
     ]
     assert "3 stopped (100%: 1 looped, 2 no progress)" in out
     assert "Stopped (no_progress): the last 8 calls went twice round the same cycle" in out

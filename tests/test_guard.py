@@ -290,18 +290,28 @@ def test_retried_verdicts_are_equal(tw: ModuleType) -> None:
         hash(first)
 
 
-def test_call_id_retry_of_a_nudge_does_not_escalate(tw: ModuleType) -> None:
+def test_call_id_reissued_after_its_nudge_is_counted(tw: ModuleType) -> None:
+    """Issue 25: a nudge is its call id's answer, so the same call asked again under that id
+    is the model repeating itself, and is counted (it used to get the same nudge forever:
+    a loop that could never be stopped)."""
     guard = tw.Guard()
     guard.check("get_logs", {"service": "checkout"}, call_id="c1")
     nudge = guard.check("get_logs", {"service": "checkout"}, call_id="c2")
     assert nudge.action == "nudge"
-    for _ in range(5):
-        assert fields(guard.check("get_logs", {"service": "checkout"}, call_id="c2")) == fields(
-            nudge
-        )
-    assert not guard.stopped
-    assert guard.steps == 2
-    assert len(guard) == 2
+    again = guard.check("get_logs", {"service": "checkout"}, call_id="c2")
+    assert (again.action, again.reason, again.repeats, again.step, again.call_id) == (
+        "stop",
+        "loop_detected",
+        3,
+        3,
+        "c2",
+    )
+    assert guard.stopped and guard.steps == 3
+    # The stop is that id's answer now: delivered again, it is given again, uncounted.
+    assert fields(guard.check("get_logs", {"service": "checkout"}, call_id="c2")) == fields(
+        again
+    )
+    assert guard.steps == 3
 
 
 def test_new_call_id_is_counted(tw: ModuleType) -> None:
@@ -652,7 +662,7 @@ def test_configuration_messages(tw: ModuleType) -> None:
         (
             {"tools": {"get_logs": "readonly"}},
             "unknown policy 'readonly' for tool 'get_logs': "
-            "expected one of 'read', 'write', 'volatile', 'poll'",
+            "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
         ),
     ]
     for kwargs, message in cases:

@@ -401,9 +401,10 @@ def test_a_long_error_is_shortened_in_the_message(tw: ModuleType) -> None:
 
 def test_one_error_across_arguments_is_named(tw: ModuleType) -> None:
     guard = tw.Guard()
+    # One question in other words (free text): the guard reads them as one (issue 25).
     verdicts = [
         _run(guard, "search_direct_flight", {"date": date}, "Error: invalid date format")
-        for date in ("2024/05/20", "20-05-2024", "May 20", "20 May", "2024.05.20", "5/20")
+        for date in ("May 20", "20 May", "the 20th of May", "May 20th", "Monday May 20", "20 V")
     ]
     # Issue 25: after the nudge, one more spelling runs and fails the same way; then stop.
     assert [v.action for v in verdicts] == ["allow"] * 3 + ["nudge", "allow", "stop"]

@@ -112,6 +112,7 @@ def anthropic_conversation() -> dict[str, Any]:
         ("read_file", {"path": "src/checkout/cart.py "}),
         ("read_file", read),
         ("read_file", read),
+        ("read_file", read),
     ]
     for i, (name, args) in enumerate(calls):
         messages.append(
@@ -475,14 +476,16 @@ def healthy_run() -> list[dict[str, Any]]:
 def test_example_is_the_seed_run() -> None:
     report = replay([str(EXAMPLE)])
     run = one(report)
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 6, 34)
-    assert (run.reason, run.tool, run.repeats) == ("loop_detected", "get_logs", 3)
+    # Issue 25: nudged at step 5; step 6 runs and comes back empty again (the evidence a
+    # stop needs), and step 7, the 4th get_logs, is stopped.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 7, 33)
+    assert (run.reason, run.tool, run.repeats) == ("loop_detected", "get_logs", 4)
     assert run.tokens_source == "usage"
     assert round(run.cost, 2) == 2.68
-    assert round(run.cost_guarded, 2) == 0.31
+    assert round(run.cost_guarded, 2) == 0.37
     # The seed: the money saved is a larger share than the steps saved.
     assert run.cost_saved / run.cost > run.steps_saved / run.steps
-    assert run.stop_location == f"{EXAMPLE}:6"
+    assert run.stop_location == f"{EXAMPLE}:7"
     assert run.stop_call == 'get_logs {"level":"error","service":"checkout","since":"15m"}'
     assert report.problems_total == 0
     assert report.files[0].ignored == 1  # step 40: the budget's own entry, not a call
@@ -510,11 +513,12 @@ def test_openai_chat(tmp_path: Path) -> None:
     path.write_text(json.dumps(openai_chat(), indent=2))
     run = one(replay([str(path)]))
     assert run.format == "openai-chat"
-    # Steps 1-2: the parallel turn; 3, 4 (nudge), 5 (stop): search_orders respelled.
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (6, 4, 5, 2)
+    # Steps 1-2: the parallel turn; 3, 4 (nudge), 5 (run: issue 25, a stop needs a result
+    # seen after the nudge), 6 (stop): search_orders respelled.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (6, 4, 6, 1)
     assert run.tool == "search_orders"
-    # Six model calls; the stopping one was made; the 5th search and the final answer saved.
-    assert (run.turns, run.turns_saved) == (6, 2)
+    # Six model calls; the stopping one was made; the final answer saved.
+    assert (run.turns, run.turns_saved) == (6, 1)
     assert run.tokens_source == "estimated"
     assert run.cost_saved > 0
 
@@ -522,14 +526,17 @@ def test_openai_chat(tmp_path: Path) -> None:
 def test_openai_chat_parallel_duplicates_count_once(tmp_path: Path) -> None:
     call = {"type": "function", "function": {"name": "get_quote", "arguments": '{"sku":"A1"}'}}
     messages = [{"role": "user", "content": "price of A1?"}]
-    for i in range(3):
+    for i in range(4):
         messages.append({"role": "assistant", "tool_calls": [{**call, "id": f"c{i}a"}] * 2})
         messages.append({"role": "tool", "tool_call_id": f"c{i}a", "content": "9.99"})
     path = tmp_path / "dup.json"
     path.write_text(json.dumps({"messages": messages}))
     run = one(replay([str(path)]))
-    # Identical calls within a turn are one action: three turns, three steps, stop at the third.
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (3, 2, 3, 1)
+    # Identical calls within a turn are one action: four turns, four steps, stop at the
+    # fourth (issue 25: the third, after the nudge, runs).
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (4, 2, 4, 1)
+    hashed = one(replay([str(path)], HASH_ONLY))
+    assert (hashed.steps, hashed.nudge_step, hashed.stop_step, hashed.steps_saved) == (4, 2, 3, 2)
 
 
 def test_anthropic(tmp_path: Path) -> None:
@@ -537,15 +544,16 @@ def test_anthropic(tmp_path: Path) -> None:
     path.write_text(json.dumps(anthropic_conversation()))
     run = one(replay([str(path)]))
     assert run.format == "anthropic"
-    # read(1) edit(2) test(3) read(4) read(5: nudge) read(6: stop). Issue 16: edit_file is a
-    # write by its name, so read(4) after it is a new question; read(5) is its repeat.
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (7, 5, 6, 2)
+    # read(1) edit(2) test(3) read(4) read(5: nudge) read(6) read(7: stop) read(8). Issue 16:
+    # edit_file is a write by its name, so read(4) after it is a new question; read(5) is its
+    # repeat. Issue 25: read(6), after the nudge, runs; the stop rests on its result.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (8, 5, 7, 2)
     assert run.tool == "read_file"
     assert run.tokens_source == "usage"
     # Anthropic input = input_tokens + cache reads; cache reads are priced at 0.1x input.
-    assert run.input_tokens == sum(2000 + 600 * i + 8000 for i in range(7))
-    assert run.cached_tokens == 7 * 8000
-    assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (6,))
+    assert run.input_tokens == sum(2000 + 600 * i + 8000 for i in range(8))
+    assert run.cached_tokens == 8 * 8000
+    assert run.input_tokens_saved == sum(2000 + 600 * i + 8000 for i in (7,))
     full_price = one(replay([str(path)], Settings(prices=Prices(cache_read=3.0))))
     assert full_price.cost > run.cost
 
@@ -555,10 +563,11 @@ def test_openai_responses(tmp_path: Path) -> None:
     path.write_text(json.dumps(responses_items()))
     run = one(replay([str(path)]))
     assert run.format == "openai-responses"
-    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (5, 2, 3, 3)
+    # Allow, nudge, allow (issue 25: the call after the nudge runs), stop at the 4th.
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (5, 2, 4, 2)
     assert run.tool == "get_weather"
-    # 5 responses with a call, one final message: 6 model calls, 3 after the stopping one.
-    assert (run.turns, run.turns_saved) == (6, 3)
+    # 5 responses with a call, one final message: 6 model calls, 2 after the stopping one.
+    assert (run.turns, run.turns_saved) == (6, 2)
 
 
 def test_responses_object_with_usage(tmp_path: Path) -> None:
@@ -662,14 +671,14 @@ def test_jsonl_conversation_per_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "evals.jsonl", rows)
     report = replay([str(path)])
     runs = {run.run: run for run in report.runs}
-    assert runs["conv-1"].stop_step == 5
+    assert runs["conv-1"].stop_step == 6  # as test_openai_chat (issue 25)
     assert (runs["conv-2"].steps, runs["conv-2"].stop_step) == (2, None)
 
 
 def test_jsonl_message_per_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "transcript.jsonl", openai_chat())
     run = one(replay([str(path)]))
-    assert (run.run, run.stop_step, run.steps) == (str(path), 5, 6)
+    assert (run.run, run.stop_step, run.steps) == (str(path), 6, 6)  # as test_openai_chat
 
 
 def test_invalid_json_arguments_repeated_are_a_loop(tmp_path: Path) -> None:
@@ -697,24 +706,24 @@ def test_gzip_file(tmp_path: Path) -> None:
     path = tmp_path / "triage.jsonl.gz"
     path.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
     run = one(replay([str(path)]))
-    assert (run.stop_step, run.steps_saved) == (6, 34)
+    assert (run.stop_step, run.steps_saved) == (7, 33)  # as test_example_is_the_seed_run
 
 
 def test_gzip_json_document_without_suffix(tmp_path: Path) -> None:
     path = tmp_path / "chat.bin"
     path.write_bytes(gzip.compress(json.dumps(openai_chat(), indent=1).encode()))
-    assert one(replay([str(path)])).stop_step == 5
+    assert one(replay([str(path)])).stop_step == 6  # as test_openai_chat
 
 
 def test_stdin(tmp_path: Path) -> None:
     report = replay(["-"], stdin=io.BytesIO(EXAMPLE.read_bytes()))
     run = one(report)
-    assert (run.file, run.stop_step) == ("<stdin>", 6)
+    assert (run.file, run.stop_step) == ("<stdin>", 7)  # as test_example_is_the_seed_run
 
 
 def test_stdin_gzip() -> None:
     report = replay(["-"], stdin=io.BytesIO(gzip.compress(EXAMPLE.read_bytes())))
-    assert one(report).steps_saved == 34
+    assert one(report).steps_saved == 33  # as test_example_is_the_seed_run
 
 
 def test_directory(tmp_path: Path) -> None:
@@ -775,8 +784,9 @@ def test_bad_files_do_not_stop_the_report(tmp_path: Path) -> None:
     assert "cannot open" in by_file[str(missing)].message
     # The truncated file's readable part is replayed, and the good file is whole.
     files = {run.file: run for run in report.runs}
-    assert files[str(EXAMPLE)].steps_saved == 34
-    assert files[str(truncated)].stop_step == 6
+    # As test_example_is_the_seed_run (issue 25: stopped at step 7).
+    assert files[str(EXAMPLE)].steps_saved == 33
+    assert files[str(truncated)].stop_step == 7
 
 
 def test_deeply_nested_arguments_are_skipped(tmp_path: Path) -> None:
@@ -817,10 +827,11 @@ def test_json_report_schema() -> None:
     summary = data["summary"]
     assert summary["runs"] == summary["looped"] == summary["stopped"] == 1
     assert summary["reasons"] == {"loop_detected": 1, "no_progress": 0}
-    assert (summary["steps"], summary["steps_saved"]) == (39, 34)
-    assert (summary["model_calls"], summary["model_calls_saved"]) == (39, 33)
+    # As test_example_is_the_seed_run (issue 25: stopped at step 7).
+    assert (summary["steps"], summary["steps_saved"]) == (39, 33)
+    assert (summary["model_calls"], summary["model_calls_saved"]) == (39, 32)
     assert summary["cost"]["total"] == pytest.approx(2.68, abs=0.005)
-    assert summary["cost"]["guarded"] == pytest.approx(0.31, abs=0.005)
+    assert summary["cost"]["guarded"] == pytest.approx(0.37, abs=0.005)
     assert summary["cost"]["saved_share"] > summary["steps_saved_share"]
     assert summary["tokens"]["source"] == "usage"
     assert data["tools"] == [
@@ -829,7 +840,7 @@ def test_json_report_schema() -> None:
             "stops": 1,
             "reasons": {"loop_detected": 1, "no_progress": 0},
             "nudges": 1,
-            "steps_saved": 34,
+            "steps_saved": 33,
             "cost_saved": summary["cost"]["saved"],
         }
     ]
@@ -837,8 +848,8 @@ def test_json_report_schema() -> None:
     assert {k: run[k] for k in ("steps", "nudge_step", "stop_step", "steps_saved")} == {
         "steps": 39,
         "nudge_step": 5,
-        "stop_step": 6,
-        "steps_saved": 34,
+        "stop_step": 7,
+        "steps_saved": 33,
     }
     assert set(run["tokens"]) == {
         "source", "input", "output", "cached", "cache_write", "input_saved", "output_saved",
@@ -893,11 +904,11 @@ def test_detection_of_json_and_jsonl(tmp_path: Path) -> None:
     jsonl.write_text("{broken\n" + EXAMPLE.read_text())
     report = replay([str(jsonl)])
     assert [p.line for p in report.problems] == [1]
-    assert one(report).stop_step == 6
-    # A list of message lists: one run each.
+    assert one(report).stop_step == 7  # as test_example_is_the_seed_run
+    # A list of message lists: one run each (each as test_openai_chat).
     lists = tmp_path / "many.json"
     lists.write_text(json.dumps([openai_chat(), openai_chat()]))
-    assert [r.stop_step for r in replay([str(lists)]).runs] == [5, 5]
+    assert [r.stop_step for r in replay([str(lists)]).runs] == [6, 6]
 
 
 def test_events_field_aliases_and_custom_tools(tmp_path: Path) -> None:
@@ -992,13 +1003,15 @@ def test_results_are_linked_in_every_format(tmp_path: Path) -> None:
         assert run.results_unlinked == 0, name
         assert report.problems_total == 0, name
         linked[name] = (run.results, run.stop_step)
-    # All but the stopped call's: chat 4 (2 parallel + 2 searches), anthropic 5 (read, edit,
-    # test, read x2: issue 16, the edit is an inferred write), responses 2, Claude Code 4
-    # (Glob, Read, Bash x2), Codex 5 (shell, patch, shell x3: issue 16, see codex_rollout).
+    # All but the stopped call's: chat 5 (2 parallel + 3 searches), anthropic 6 (read, edit,
+    # test, read x3: issue 16, the edit is an inferred write), responses 3, Claude Code 5
+    # (Glob, Read, Bash x3), Codex 5 (shell, patch, shell x3: issue 16, see codex_rollout).
+    # Issue 25: with results observed, the chat, anthropic and responses loops (reads) run
+    # the call after the nudge and stop one call later.
     assert linked == {
-        "chat.json": (4, 5),
-        "anthropic.json": (5, 6),
-        "responses.json": (2, 3),
+        "chat.json": (5, 6),
+        "anthropic.json": (6, 7),
+        "responses.json": (3, 4),
         "session.jsonl": (5, 6),
         "rollout.jsonl": (5, 6),
     }
@@ -1058,10 +1071,11 @@ def test_edit_undo_cycle_stops_with_no_progress(tmp_path: Path) -> None:
 def test_fruitless_rewording_stops_with_no_progress(tmp_path: Path) -> None:
     path = write_doc(tmp_path / "refund.json", fruitless_search_responses())
     run = one(replay([str(path)]))
-    # Every query differs, every answer is "[]" (JSON text: an empty list).
+    # Every query differs, every answer is "[]" (JSON text: an empty list). Issue 25: one
+    # question reworded (free text); allow x3, nudge, allow (the evidence), stop at the 6th.
     assert (run.nudge_step, run.stop_step, run.reason, run.tool) == (
         4,
-        5,
+        6,
         "no_progress",
         "search_docs",
     )
@@ -1074,16 +1088,21 @@ def test_fruitless_rewording_stops_with_no_progress(tmp_path: Path) -> None:
 def test_results_linked_by_call_id_across_lines(tmp_path: Path) -> None:
     """Events with ``call_id``, results on lines of their own, runs interleaved, a parallel
     turn answered in reverse order, ids reused in every turn (``call_0``)."""
+    # One question reworded (free text: issue 25, empty answers to different questions are
+    # exploration), six times.
+    queries = [f"why did build 77 fail ({i})" for i in range(6)]
     rows: list[dict[str, Any]] = []
     for i, state in enumerate(ADVANCING):
         rows.append(
             {"run": "release", "tool": "build_status", "args": {"build": 77}, "call_id": "call_0"}
         )
         rows.append(
-            {"run": "search", "tool": "search", "args": {"q": f"q{i}"}, "call_id": "call_0"}
+            {"run": "search", "tool": "search", "args": {"q": queries[i]}, "call_id": "call_0"}
         )
         rows.append({"run": "release", "result_of": "call_0", "result": {"state": state}})
         rows.append({"run": "search", "result_of": "call_0", "result": []})
+    rows.append({"run": "search", "tool": "search", "args": {"q": queries[5]}, "call_id": "call_0"})
+    rows.append({"run": "search", "result_of": "call_0", "result": []})
     # A parallel turn of two calls, its results given in reverse order after it.
     rows += [
         {"run": "release", "turn": 9, "tool": "read", "args": {"p": "a"}, "call_id": 1},
@@ -1096,11 +1115,12 @@ def test_results_linked_by_call_id_across_lines(tmp_path: Path) -> None:
     runs = {run.run: run for run in report.runs}
     assert report.problems_total == 0
     assert (runs["release"].stop_step, runs["release"].results) == (None, 7)
-    # The searches' empty results reached the guard, each linked to its own call.
+    # The searches' empty results reached the guard, each linked to its own call (the
+    # nudged 4th's too, though not observed): allow x3, nudge, allow, stop at the 6th.
     assert (runs["search"].stop_step, runs["search"].reason, runs["search"].results) == (
-        5,
+        6,
         "no_progress",
-        4,
+        5,
     )
     # To the hash-only guard: a loop on the poll, and nothing wrong with the searches.
     hashed = {run.run: run for run in replay([str(path)], Settings(observe=False, tools=POLL)).runs}
@@ -1109,14 +1129,29 @@ def test_results_linked_by_call_id_across_lines(tmp_path: Path) -> None:
 
 def test_inline_results_of_a_parallel_turn(tmp_path: Path) -> None:
     rows = [
-        {"run": "r", "turn": t, "tool": "search", "args": {"q": f"{q}{t}"}, "result": []}
-        for t in range(3)
+        {
+            "run": "r",
+            "turn": t,
+            "tool": "search",
+            "args": {"q": f"refund policy {q}{t}"},
+            "result": [],
+        }
+        for t in range(4)
         for q in ("a", "b")
     ]
     run = one(replay([str(write_jsonl(tmp_path / "t.jsonl", rows))]))
-    # Turns of two empty searches, each reworded: the third turn starts with 4 empties in a
-    # row behind it (the second turn's calls were checked before either's result was in).
-    assert (run.results, run.nudges, run.stop_step, run.reason) == (4, 0, 5, "no_progress")
+    # Turns of two empty searches, one question reworded (free text: issue 25, different
+    # one-word queries are different questions): the third turn starts with 4 empties in a
+    # row behind it (the second turn's calls were checked before either's result was in), so
+    # its first call is nudged and its second runs (issue 25: a stop needs a result seen
+    # after the nudge); the fourth turn is stopped.
+    assert (run.results, run.nudges, run.nudge_step, run.stop_step, run.reason) == (
+        6,
+        1,
+        5,
+        7,
+        "no_progress",
+    )
 
 
 def test_result_for_an_unknown_call_is_ignored_and_counted(tmp_path: Path) -> None:
@@ -1242,8 +1277,8 @@ def test_mcp_call_output_and_server_tool_results(tmp_path: Path) -> None:
     run = one(replay([str(write_doc(tmp_path / "web.json", blocks))]))
     # web_search is volatile, as Claude Code's WebSearch is (issue 16): the same search again
     # at once, with an empty answer, is nudged (its result linked, not observed), the third
-    # stopped.
-    assert (run.results, run.stop_step) == (2, 3)
+    # runs (issue 25: a stop needs a result seen after the nudge), the fourth is stopped.
+    assert (run.results, run.stop_step) == (3, 4)
 
 
 def test_json_report_mode_tools_and_reasons(tmp_path: Path) -> None:
@@ -1260,8 +1295,9 @@ def test_json_report_mode_tools_and_reasons(tmp_path: Path) -> None:
     runs = {run["run"]: run for run in data["runs"]}
     assert runs["fix-cart"]["reason"] == "no_progress"
     assert runs["fix-cart"]["stop_message"].startswith("Stopped (no_progress)")
+    # Steps 1-6, the nudged 5th linked though not observed (issue 25: stopped at step 7).
     assert (runs["checkout-triage"]["results"], runs["checkout-triage"]["results_unlinked"]) == (
-        5,
+        6,
         0,
     )
     text = render(replay([str(cart), str(EXAMPLE)], Settings(tools=tools)))
@@ -1273,14 +1309,25 @@ def test_json_report_mode_tools_and_reasons(tmp_path: Path) -> None:
     assert hashed["summary"]["reasons"] == {"loop_detected": 1, "no_progress": 0}
 
 
-def test_example_is_the_same_with_results_or_without() -> None:
-    for given_settings in (Settings(), HASH_ONLY, Settings(tools={"get_logs": "read"})):
+def test_example_with_results_stops_one_call_later_than_without() -> None:
+    """Issue 25: with results observed, a stop rests on a result seen after the nudge, so the
+    call after it (step 6) runs and step 7 is stopped; the hash-only guard stops step 6."""
+    for given_settings in (Settings(), Settings(tools={"get_logs": "read"})):
         run = one(replay([str(EXAMPLE)], given_settings))
-        assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 6, 34)
-        assert (run.reason, round(run.cost, 2), round(run.cost_guarded, 2)) == (
+        assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 7, 33)
+        assert (run.reason, run.repeats, round(run.cost, 2), round(run.cost_guarded, 2)) == (
             "loop_detected",
+            4,
             2.68,
-            0.31,
+            0.37,
         )
-    assert one(replay([str(EXAMPLE)])).results == 5  # steps 1-5 (the 5th was nudged)
+    run = one(replay([str(EXAMPLE)], HASH_ONLY))
+    assert (run.steps, run.nudge_step, run.stop_step, run.steps_saved) == (39, 5, 6, 34)
+    assert (run.reason, run.repeats, round(run.cost, 2), round(run.cost_guarded, 2)) == (
+        "loop_detected",
+        3,
+        2.68,
+        0.31,
+    )
+    assert one(replay([str(EXAMPLE)])).results == 6  # steps 1-6 (the 5th was nudged)
     assert "No tool results" not in render(replay([str(EXAMPLE)]))

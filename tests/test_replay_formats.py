@@ -157,12 +157,13 @@ def openhands_events() -> list[dict[str, Any]]:
 
 def swe_agent_commands() -> dict[str, Any]:
     """Reduces SWE-agent/SWE-agent ``trajectories/demonstrations/*.traj`` (0.x, commands in the
-    text): ``trajectory[].action`` strings with their observations; ``open`` three times."""
+    text): ``trajectory[].action`` strings with their observations; ``open`` four times."""
     steps = [
         ("find_file missing_colon.py\n", "Found 1 matches"),
         ("open tests/missing_colon.py\n", "[File: tests/missing_colon.py (10 lines total)]"),
         ("open tests/missing_colon.py\n", "[File: tests/missing_colon.py (10 lines total)]"),
         ("open  tests/missing_colon.py\n", "[File: tests/missing_colon.py (10 lines total)]"),
+        ("open tests/missing_colon.py\n", "[File: tests/missing_colon.py (10 lines total)]"),
         ("python tests/missing_colon.py\n", "SyntaxError"),
     ]
     return {
@@ -175,7 +176,7 @@ def swe_agent_commands() -> dict[str, Any]:
             {"role": "system", "content": "SETTING: You are an autonomous programmer."},
             {"role": "user", "content": "ISSUE: SyntaxError in missing_colon.py"},
         ],
-        "info": {"exit_status": "submitted", "model_stats": {"api_calls": 5}},
+        "info": {"exit_status": "submitted", "model_stats": {"api_calls": 6}},
     }
 
 
@@ -186,7 +187,7 @@ def swe_agent_tool_calls() -> dict[str, Any]:
         {"role": "system", "content": "SETTING: ...", "message_type": "system_prompt"},
         {"role": "user", "content": "ISSUE: ...", "message_type": "observation"},
     ]
-    for i in range(3):
+    for i in range(4):
         history.append(
             {
                 "role": "assistant",
@@ -372,10 +373,12 @@ def test_swe_agent_traj(tmp_path: Path, kind: str) -> None:
     assert [f.path for f in report.files] == [str(path)]
     (run,) = list(report.runs)
     assert run.format == "swe-agent"
+    # Issue 25: the call after the nudge runs (its result is the evidence a stop needs), and
+    # the 4th identical call is stopped.
     if kind == "commands":
-        assert (run.tool, run.stop_step, run.steps, run.results) == ("open", 4, 5, 3)
+        assert (run.tool, run.stop_step, run.steps, run.results) == ("open", 5, 6, 4)
     else:
-        assert (run.tool, run.stop_step, run.results) == ("find_file", 3, 2)
+        assert (run.tool, run.stop_step, run.results) == ("find_file", 4, 3)
 
 
 def test_atif_trajectory(tmp_path: Path) -> None:

@@ -30,10 +30,13 @@ READER = InMemoryMetricReader()
 # once per process, which no other test does.
 metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
 
+# Four spellings of the seed's call: with results observed, the 4th is stopped (issue 25:
+# allow, nudge, allow, stop).
 SEED_ARGS = (
     {"service": "checkout", "since": "15m", "level": "error"},
     {"level": "error", "service": "checkout", "since": "15m"},
     {"since": "15m", "service": "checkout ", "level": "error"},
+    {"service": " checkout", "level": "error", "since": "15m"},
 )
 
 
@@ -90,9 +93,10 @@ def test_seed_loop_events_and_counts(spans: Any) -> None:
             if verdict.action == "allow":
                 guard.observe(verdict, [])
     seen = events(exporter)
+    # Issue 25: the call after the nudge (c2) runs, and records nothing; c3 is stopped.
     assert [(e["gen_ai.guardrail.action"], e["gen_ai.tool.call.id"]) for e in seen] == [
         ("nudge", "c1"),
-        ("stop", "c2"),
+        ("stop", "c3"),
     ]
     stop = seen[1]
     assert stop == {
@@ -100,10 +104,10 @@ def test_seed_loop_events_and_counts(spans: Any) -> None:
         "gen_ai.guardrail.action": "stop",
         "gen_ai.guardrail.reason": "loop_detected",
         "gen_ai.tool.name": "get_logs",
-        "gen_ai.tool.call.id": "c2",
+        "gen_ai.tool.call.id": "c3",
         "tripwire.key": tripwire.call_key("get_logs", SEED_ARGS[0]),
-        "tripwire.repeats": 3,
-        "tripwire.step": 3,
+        "tripwire.repeats": 4,
+        "tripwire.step": 4,
     }
     after = counts()
     assert after - before == Counter(
@@ -142,11 +146,12 @@ def test_sdk_adapter_records_each_decision_once(spans: Any) -> None:
     tracer, exporter = spans
     guard = tripwire.Guard()
     with tracer.start_as_current_span("run"):
-        for turn in range(2):
+        # Allow, nudge, allow (issue 25: the call after the nudge runs).
+        for turn in range(3):
             answered = chat_turn(guard, _chat([(f"a{turn}", "get_logs", SEED_ARGS[0])]))
             for call in answered.to_run:
                 answered.record(call, [])
-        # Nudged twice over (a copy), then stopped with three ids pending.
+        # Stopped, with a copy of the stopped call and another call pending: one stop.
         chat_turn(
             guard,
             _chat(

@@ -1,51 +1,69 @@
-"""The guard in pure Python: the reference for the native ``Guard`` (DESIGN.md §2).
+"""The guard in pure Python: the reference for the native ``Guard`` (the design's guard
+contract).
 
 Per check: count the call key's occurrences in a window of recent calls, this one included
 (``repeats``). ``repeats >= stop_at``: stop with ``loop_detected``, key not appended.
 ``repeats >= nudge_at``: nudge (do not run it; tell the model it repeated itself), key
 appended. Otherwise allow, key appended. Why a window of 12 and why nudge before stop: the
-seed document.
+seed document. Without ``observe``, that is all: the hash-only verdicts (the known
+code-editing tools' keys keep their whitespace, as their policy says).
 
 Results, when the harness reports them with ``observe(verdict, result)``, let the guard see
 progress, which the hash alone cannot (the seed's last section). What a call may do to the
-world comes from its tool's policy, declared or inferred (``tripwire._policy``):
+world comes from its tool's policy, declared or inferred (``tripwire._policy``). The rules,
+each a method of ``Guard`` and of ``RunState`` in ``rust/guard.rs``:
 
-- **Counted back to the last change.** A repeat is counted only back to an earlier
-  occurrence whose result differs, an allowed call to a ``write`` tool with other arguments
-  that did not fail, or a user message (``user_message``): a re-read after a write is not a
-  repeat, nor is the same question once per user turn. A call failing the same way keeps
-  counting across user messages.
-- **Judged by its result after a possible change.** When another call that may have changed
-  the world ran since the previous occurrence (a write, or a tool with no policy such as a
-  shell command: an edit by ``sed``, a ``cp`` from a backup), the repeat is not refused
-  unseen: it runs, and its result decides (``cat patch.txt`` after the patch was rewritten).
-  A call to a tool with no policy may change the world itself, so its own repeats get one
-  more (allow, allow, nudge, stop at the fourth if the results stay the same). Reads and
-  writes repeated with nothing between keep the seed's thresholds (a second identical refund
-  is not run). What bounds a loop through such calls is the cycle rule below.
-- **Errors.** A result that failed *transiently* (timeouts, rate limits, 5xx, dropped
-  connections: ``tripwire._results``) is not a repeat, up to ``TRANSIENT_RETRIES`` a call a
-  run. A write that failed changed nothing, so failing again the same way counts as the
-  seed's repeats do (a tool with no policy may have changed things even when it failed: a
-  pre-commit hook reformats the files and fails the commit). One tool failing with one
-  error across varied arguments, calls in a row: after ``nudge_at + 1`` of them (nudged
-  calls included) the next is nudged, after ``stop_at + 1`` it stops with ``no_progress``.
-- A tool declared ``"poll"`` may repeat the same call while waiting, up to ``max_polls``
-  times a run (default 20); then it stops with ``loop_detected``.
-- Oscillation: when the last ``2p`` calls are two laps of one cycle of ``p`` calls (at least
-  two different ones) and this call would start a third lap, the run stops with
-  ``no_progress`` (edit, undo, edit; A-B-A-B). The laps must have the same results; when the
-  cycle has writes in it, the same results of its writes suffice (the writes put the world
-  back; what the reads in between print, test timings say, is noise).
-- Fruitless rewording: calls in a row that all came back empty (``None``, ``""``, ``[]``,
-  ``{}``, or a value the tool's policy lists as empty), this call's tool among them: after
-  ``nudge_at + 1`` of them (nudged calls included) the next is nudged, after ``stop_at + 1``
-  it stops with ``no_progress``. A tool whose empty results are answers (an error-log check
-  that finds nothing) declares ``"empty": False``.
+**A stop rests on evidence.** A stop is justified only by what the results show: the same
+call coming back the same way, with nothing between that could have changed the world, or
+laps of a cycle with the same results. A rule that reads more into a trace than that may
+nudge, but it stops only on a result seen *after* its nudge that repeats the pattern: a
+nudged call never ran, so nothing was learned from it. The public corpus
+(``benches/real_traces.py``) is the measure: a stop in a run that succeeded is the worst
+mistake the guard can make, a loop caught a step later a small one.
 
-Cycles and runs of empty results do not reach back past a user message. Without
-``observe``, verdicts are exactly the hash-only ones (the known code-editing tools' keys keep
-their whitespace, as their policy says).
+- **Repeats** (``_repeats``). A repeat is counted back to the last change: an earlier
+  occurrence with a different result; another call that may have changed the world (a write
+  that did not fail, a shell or a tool with no policy, failed or not: ``cat patch.txt``
+  after ``sed -i``); a user message (unless the call keeps failing the same way). Transient
+  failures (timeouts, rate limits, 5xx: ``tripwire._results``) are retried without counting,
+  up to ``TRANSIENT_RETRIES`` a call a run. A failed call retried with other raw arguments is
+  a correction, not a repeat (``{"start_date": null}`` failed, ``{}`` has the same key: the
+  tool saw a difference). A shell or a tool with no policy may change the world itself, so
+  its first repeat runs (allow, allow, nudge). Once a call was nudged, it is stopped only
+  when the guard has seen it come back the same way ``stop_at - 1`` times; until then the
+  call after the nudge runs, and its result shows whether the nudge was ignored (allow,
+  nudge, allow, stop). A write is never run again to find out (a second identical refund):
+  it stops as the seed's does (allow, nudge, stop).
+- **Shells** (policy ``shell``: Claude Code's ``Bash``, OpenHands' ``execute_bash``, Codex's
+  ``shell``, SWE-agent's ``bash``, Gemini's ``run_shell_command``...): a command's output is
+  its answer whatever its exit status (``grep`` exits 1 for "no match", ``diff`` for
+  "differs"), never a failure and never "empty"; the same error is the same output of the
+  same command.
+- **Polls**: a tool declared ``"poll"`` may repeat the same call while waiting, up to
+  ``max_polls`` times a run (default 20); then it stops with ``loop_detected``.
+- **Cycles** (``_cycle``): when the last ``2p`` calls are two laps of one cycle of ``p``
+  calls (at least two different ones) with the same results, and this call would start a
+  third lap, the run stops with ``no_progress`` (edit, undo, edit; A-B-A-B). When the cycle
+  has writes in it, the same results of its writes suffice (the writes put the world back;
+  what the reads in between print, test timings say, is noise).
+- **Runs over varied arguments** (``_fruitless_run``): calls in a row that came back empty
+  (``None``, ``""``, ``[]``, ``{}``, or a value the tool's policy lists as empty), or that
+  failed with one error, *asking the same question* (``tripwire._question``: the same
+  argument shape, one-word values such as ids, names and airports the same, free text
+  free): after ``nudge_at + 1`` results the next is nudged; it stops with ``no_progress``
+  only once ``stop_at + 1`` came back so with one of them after the nudge. "refund policy",
+  "refund policy for annual plans", "annual plan refund rules" are one question; flights
+  from JFK to SFO, OAK and SJC are three, and empty answers to them are exploration. A tool
+  whose empty results are answers (an error-log check that finds nothing) declares
+  ``"empty": False``.
+- **Call ids**: a retried delivery (the same id and the same call, not yet answered) gets
+  its first verdict. A nudge is its call's answer, so the same call asked again under the
+  id is counted: ids are a retry signal, never a reason to stop counting.
+
+Cycles and runs over varied arguments do not reach back past a user message. A call's
+question is told only where a rule may need it (while a result in the window is empty or
+failed, or for that result's call, from the arguments the guard holds until the call is
+observed or a snapshot is taken): the check's fast path never computes one.
 """
 
 from __future__ import annotations
@@ -76,7 +94,7 @@ from tripwire._policy import (
     check_tools,
     infer_policy,
 )
-from tripwire._question import Question, question_of, same_form, same_question
+from tripwire._question import Question, question_of, same_question
 from tripwire._results import describe_result
 from tripwire._snapshot import (
     ACTIONS,
@@ -859,17 +877,16 @@ class Guard:
             return empty
         return self._error_run(question)
 
-    def _tail(self, question: Question | None, fits: Any, same: Any) -> list[_Entry]:
+    def _tail(self, question: Question | None, fits: Any) -> list[_Entry]:
         """The calls at the end of the window, newest first, back to the last user message,
         that ``fits`` or were nudged (so ran no better), each asking the same question as this
-        call (``question``) or as a later call of the run, by ``same``
-        (``tripwire._question``: for empty answers the question, for errors the form)."""
+        call (``question``) or as a later call of the run (``tripwire._question``)."""
         run: list[_Entry] = []
         asked = [question]
         for entry in reversed(self._window):
             if entry.turn != self._turn or not (entry.nudged or fits(entry)):
                 break
-            if not any(same(entry.question, other) for other in asked):
+            if not any(same_question(entry.question, other) for other in asked):
                 break
             run.append(entry)
             asked.append(entry.question)
@@ -892,7 +909,7 @@ class Guard:
         """The calls at the end of the window that came back empty (or were nudged) asking
         this call's question; with the message detail: how many came back empty, and the
         tool."""
-        run = self._tail(question, lambda entry: entry.empty, same_question)
+        run = self._tail(question, lambda entry: entry.empty)
         empties, after_nudge = self._run_counts(run)
         if empties == 0:
             return 0, "none", None
@@ -909,7 +926,6 @@ class Guard:
         run = self._tail(
             question,
             lambda entry: entry.failed and not entry.retry and entry.result == last.result,
-            same_form,
         )
         failures, after_nudge = self._run_counts(run)
         if failures == 0:
@@ -1236,7 +1252,7 @@ class Guard:
                 if errors.setdefault(entry.result, entry.error) != entry.error:
                     raise SnapshotError("not a tripwire guard snapshot: one digest, two errors")
             if flags & QUESTION:
-                entry.question = (reader.key(), reader.key(), reader.key())
+                entry.question = (reader.key(), reader.key())
             window.append(entry)
         stopped = self._read_verdict(reader) if reader.flag() else None
         by_call_id: OrderedDict[str, _Remembered] = OrderedDict()

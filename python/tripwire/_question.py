@@ -21,18 +21,17 @@ both backends (the native guard calls ``question_of``; ``same_question`` is mirr
   (``page``, ``offset``, ``cursor``: ``POSITION_KEYS``) by another (page after empty page
   is one question asked on). The tool's name is not in it: the same query put to two search
   tools in turn is one question asked twice;
-- its **form**: the shape with every value masked, only the arguments' names and nesting
-  left. One error across calls of one form is the tool refusing what they have in common
-  (every spelling of a date refused as "invalid date format", every spelling of a name "user
-  not found"), so for the rule over errors the form is the question; an empty answer says
-  nothing about the form, so for the rule over empty answers the shape is;
 - its **raw** identity: the arguments exactly as the model wrote them, only key order ignored
   (nulls, whitespace and number spellings kept). The key collapses ``{"x": null}`` and
   ``{}``; a tool that failed on one and not the other saw the difference, so a failed call
   retried with other raw arguments is a correction, not a repeat.
 
-Two calls ask the same question when their shapes are equal (``same_question``), and are of
-one form when their forms are (``same_form``). What this cannot see: one-word values that are
+Two calls ask the same question when their shapes are equal (``same_question``), for both
+rules. One error across calls of one *form* (the same argument names, any values) could be
+read as the tool refusing what they have in common (every spelling of a date refused as
+"invalid date format"), but as often it is exploration (one order id after another "not
+found"), and a stop on a run that was exploring is the worst mistake the guard can make:
+``benches/rewording.py`` measures the candidates. What this cannot see: one-word values that are
 spellings of one thing beyond case and punctuation (``Yusuf``, ``Yousuf``; ``RetryPolicy``,
 ``retry_policy``) are different questions to it, and free texts that name different things
 ("New York", "San Francisco") one. The first only lets a loop run longer; the second can
@@ -78,20 +77,19 @@ POSITION_KEYS: Final = frozenset(
 # unescaped, and each marker is a str like any other value, so the shape is keyed as a value).
 _FREE_TEXT: Final = "\x00text"
 _POSITION: Final = "\x00position"
-_VALUE: Final = "\x00value"
 
 _TOKEN: Final = re.compile(r"[^\W_]+")
 
-# (raw digest, shape digest, form digest): 16 hex digits each.
-Question = tuple[str, str, str]
+# (raw digest, shape digest): 16 hex digits each.
+Question = tuple[str, str]
 
 
 def _digest(payload: str) -> str:
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _shape(value: Any, volatile: frozenset[Any], depth: int, form: bool = False) -> Any:
-    """The normalised value with free texts and positions masked (``form``: every value)."""
+def _shape(value: Any, volatile: frozenset[Any], depth: int) -> Any:
+    """The normalised value with free texts and positions masked."""
     if depth > MAX_DEPTH:
         raise RecursionError("too deep for a question")
     if isinstance(value, dict):
@@ -103,12 +101,10 @@ def _shape(value: Any, volatile: frozenset[Any], depth: int, form: bool = False)
             if isinstance(k, str) and k.lower() in POSITION_KEYS:
                 shaped[str(k)] = _POSITION
             else:
-                shaped[str(k)] = _shape(v, volatile, depth + 1, form)
+                shaped[str(k)] = _shape(v, volatile, depth + 1)
         return shaped
     if isinstance(value, (list, tuple)):
-        return [_shape(v, volatile, depth + 1, form) for v in value]
-    if form:
-        return _VALUE
+        return [_shape(v, volatile, depth + 1) for v in value]
     if isinstance(value, str):
         if len(value.split()) >= 2:
             return _FREE_TEXT
@@ -132,16 +128,15 @@ def question_of(name: str, args: Any, text: bool, volatile: frozenset[Any]) -> Q
                 value = loads(args)
             except (ValueError, RecursionError, MemoryError):
                 raw_text = args if isinstance(args, str) else bytes(args).decode("utf-8", "replace")
-                return _digest(raw_text), _digest(_FREE_TEXT), _digest(_FREE_TEXT)
+                return _digest(raw_text), _digest(_FREE_TEXT)
         else:
             value = args
         shape = dumps_normalised(_shape(value, volatile, 0))
-        form = dumps_normalised(_shape(value, volatile, 0, True))
         try:
             raw = json.dumps({"tool": name, "args": value}, sort_keys=True)
         except (TypeError, ValueError):
             raw = repr((name, value))
-        return _digest(raw), _digest(shape), _digest(form)
+        return _digest(raw), _digest(shape)
     except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
         return None
 
@@ -149,8 +144,3 @@ def question_of(name: str, args: Any, text: bool, volatile: frozenset[Any]) -> Q
 def same_question(a: Question | None, b: Question | None) -> bool:
     """Whether two calls ask the same question (see the module); unknown is not the same."""
     return a is not None and b is not None and a[1] == b[1]
-
-
-def same_form(a: Question | None, b: Question | None) -> bool:
-    """Whether two calls are of one form (see the module); unknown is not the same."""
-    return a is not None and b is not None and a[2] == b[2]

@@ -23,7 +23,7 @@ Version 1, field by field::
               | [question, if flags & 128]
               flags: 1 nudged, 2 writes, 4 changes, 8 has a result, 16 empty, 32 failed,
               64 retry, 128 question (a failed entry has a result: its error text's digest)
-    question= raw key | shape key | form key (tripwire._question)
+    question= raw key | shape key (tripwire._question)
     stop    = 0 | 1 verdict (the stop latch: the stop every later check answers with)
     call ids= count varint (at most 128) | (id str | key | answered u8 | verdict) * count,
               oldest first

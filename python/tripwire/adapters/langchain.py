@@ -42,6 +42,10 @@ __all__ = ("LoopGuardMiddleware", "LoopGuardState")
 # The id of the answer a copy is given while its original runs, replaced (add_messages
 # replaces a message with the same id) by the original's answer before the next model call.
 _COPY_ID = "tripwire-copy-"
+# The id of the answer a nudged call is given: the nudge is that call's answer, and the guard
+# counts a call checked again under its id after a nudge (the model repeating itself), so
+# ``before_model`` must know which calls were nudged without checking them again.
+_NUDGE_ID = "tripwire-nudge-"
 
 
 class LoopGuardState(AgentState[Any]):
@@ -105,7 +109,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
             if verdict.action == "nudge":
                 answers.append(
                     ToolMessage(
-                        verdict.message, tool_call_id=call["id"], name=call["name"], status="error"
+                        verdict.message,
+                        tool_call_id=call["id"],
+                        name=call["name"],
+                        status="error",
+                        id=_NUDGE_ID + call["id"],
                     )
                 )
             elif verdict.duplicate_of is not None:
@@ -139,11 +147,17 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         answered: dict[Any, ToolMessage] = {
             m.tool_call_id: m for m in later if isinstance(m, ToolMessage)
         }
-        calls: list[Any] = [call for call in message.tool_calls if call["id"] in answered]
+        # The nudged calls never ran: nothing of them is observed, and they are not checked
+        # again (a nudged call asked again under its id is counted as a repeat).
+        calls: list[Any] = [
+            call
+            for call in message.tool_calls
+            if call["id"] in answered and not _nudged(answered[call["id"]])
+        ]
         if calls and not guard.stopped:
-            # The turn's calls again, with their ids: a retried delivery (the same id and
-            # call, its result not yet observed) gets its first verdict back, uncounted. So
-            # the verdicts need not be kept outside the guard to survive a checkpoint.
+            # The turn's other calls again, with their ids: a retried delivery (the same id
+            # and call, its result not yet observed) gets its first verdict back, uncounted.
+            # So the verdicts need not be kept outside the guard to survive a checkpoint.
             verdicts = guard.check_turn([(c["name"], c["args"], c["id"]) for c in calls])
             copies: list[Any] = []
             for call, verdict in zip(calls, verdicts, strict=True):
@@ -178,6 +192,11 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
 
     async def abefore_model(self, state: LoopGuardState, runtime: Any) -> dict[str, Any] | None:
         return self.before_model(state, runtime)
+
+
+def _nudged(answer: ToolMessage) -> bool:
+    """Whether a call's answer is the guard's nudge (see ``_NUDGE_ID``)."""
+    return isinstance(answer.id, str) and answer.id.startswith(_NUDGE_ID)
 
 
 def _last_ai_index(messages: list[Any]) -> int | None:
