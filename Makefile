@@ -41,6 +41,11 @@ test:
 	cargo test --lib
 	$(PY) -m pytest
 
+# The documentation site (docs/, mkdocs.yml), as CI builds it: a broken link fails.
+.PHONY: docs
+docs:
+	$(VENV)/bin/mkdocs build --strict
+
 .PHONY: bench
 bench:
 	$(PY) -m pytest benches -q -p no:randomly

@@ -1,5 +1,6 @@
 """The README is part of the contract: its examples run here, and its test command is the
-one CI runs (``.ci/run``), read from both files and compared, not merely mentioned."""
+one CI runs (``.ci/run``), read from both files and compared, not merely mentioned. The
+documentation's examples run in ``test_docs.py``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _blocks(language: str) -> list[str]:
 def test_readme_example_runs() -> None:
     blocks = _blocks("python")
     assert blocks, "the README has no python example"
-    exec(compile(blocks[0], str(README), "exec"), {})
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), {})
 
 
 # -- the test command ---------------------------------------------------------------------
@@ -158,8 +160,15 @@ def _installed_closure(names: set[str]) -> set[str]:
     return closure
 
 
-def test_readme_state_example_runs() -> None:
-    state = [block for block in _blocks("python") if "from_snapshot" in block]
-    if not state:
-        pytest.skip("the snapshot example lives in docs/state.md (tests/test_docs.py runs it)")
-    exec(compile(state[0], str(README), "exec"), {})
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "replay.md"])
+def test_directory_search_lists_every_suffix(page: Path) -> None:
+    """Where a page says what a directory search reads, it lists what it does read (the
+    README once left out ``.traj``)."""
+    from tripwire.replay.formats import trace_suffixes
+
+    text = " ".join(page.read_text(encoding="utf-8").split())
+    said = re.search(r"searched for (.*?) or `-` for stdin", text)
+    assert said, f"{page.name} no longer says what a directory search reads"
+    listed = re.findall(r"`\*(\.\w+)`", said[1])
+    assert sorted(listed) == sorted(trace_suffixes())
+    assert ".gz" in said[1]
