@@ -150,7 +150,7 @@ def check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolic
 
 # -- inference --------------------------------------------------------------------------------
 
-# The tools of the well-known harnesses (FIELD.md), by exact name: (policy, whitespace).
+# The tools of the well-known harnesses (docs/design/field.md), by exact name: (policy, whitespace).
 # Shell tools have no policy: a command may read or change anything. Editing tools keep the
 # whitespace of their arguments, which the tool sees: an edit retried with corrected line
 # breaks is a different edit.
