@@ -317,14 +317,14 @@ def test_no_progress_bar_when_not_a_terminal(
     assert run(["replay", str(EXAMPLE)], capsys)[2] == ""
 
 
-def test_readme_sample_output_is_current(
+def test_docs_sample_output_is_current(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command = "pip install . && tripwire replay examples/checkout-triage.jsonl"
-    assert command in readme.split("## Replay your traces")[0]
-    sample = readme.split("## Replay your traces", 1)[1].split("```text\n", 1)[1]
-    sample = sample.split("```", 1)[0]
+    assert command in readme.split("## Example")[0]
+    page = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    sample = page.split("```text\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(ROOT)
     code, out, _ = run(["replay", "examples/checkout-triage.jsonl"], capsys)
     assert code == 0
