@@ -1,6 +1,6 @@
 """In-process ratio tables: ``timeit``, candidates interleaved, best of several repeats.
 
-Absolute times drift on these machines (DESIGN.md §4), so what the benches report is ratios
+Absolute times drift on these machines (docs/design/speed.md), so what the benches report is ratios
 measured side by side in one process. Each repeat times every candidate once, in turn, so a
 burst of load from elsewhere hits all of them rather than one; the best repeat is kept, as
 ``timeit`` recommends. These run even under ``--benchmark-disable``; the tables are printed

@@ -1,4 +1,4 @@
-"""The three benchmark payloads (DESIGN.md §4), as ``(name, args)``; deterministic, no randomness.
+"""The three benchmark payloads (docs/design/speed.md), as ``(name, args)``; deterministic.
 
 - ``seed``: the seed document's ``get_logs`` call (~80 canonical bytes).
 - ``1kb``: a ``search_orders`` call: nested filters, ten small order dicts, floats (integral

@@ -12,7 +12,7 @@ interleaved as a fleet log is. Every line carries usage figures whose input grow
 and a tool result of a realistic size. Then replays it in this process, as ``tripwire replay
 --json`` does (the table is rendered too), and prints calls per second, bytes per second, wall
 time and the peak RSS (``ru_maxrss``) before and after. Nothing is asserted about time; the
-script is not part of the test run (DESIGN.md §4).
+script is not part of the test run (docs/design/speed.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-//! The guard's decision logic (DESIGN.md §2), free of Python: the window of recent calls,
+//! The guard's decision logic (docs/design/guard.md), free of Python: the window of recent calls,
 //! the step count, the stop latch, the call-id memory, the read-result cache, and what the
 //! observed results say about progress (issue #6; `tripwire/_guard.py` documents the rules
 //! and is the reference this mirrors).

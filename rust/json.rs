@@ -1,5 +1,5 @@
 //! Canonical bytes straight from JSON text, equal to what `json.loads` followed by the key
-//! contract would give, without building Python objects (DESIGN.md §1, `call_key_json`).
+//! contract would give, without building Python objects (docs/design/key.md, `call_key_json`).
 //!
 //! The parser follows CPython's `_json` scanner step for step, so it accepts exactly what
 //! `json.loads` accepts (NaN and Infinity, lone `\ud800` escapes, duplicate keys with the last

@@ -1,4 +1,4 @@
-//! Walks Python values into canonical bytes (DESIGN.md §1).
+//! Walks Python values into canonical bytes (docs/design/key.md).
 //!
 //! Exact `dict`, `list`, `str`, `int`, `float`, `bool` and `None` are written here, straight
 //! into one buffer. Everything else (tuples, subclasses, non-`str` keys, Decimal, ...) is a

@@ -122,7 +122,7 @@ def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
     return mapped
 
 
-# The seed's messages: the hash-only guard's, unchanged since DESIGN.md §2.
+# The seed's messages: the hash-only guard's, unchanged (docs/design/guard.md, Counting).
 HASH_NUDGE = (
     "This is the second identical call to {tool} with the same arguments. Do not repeat it. "
     "Either use different arguments, use a different tool, or report what you have so far."

@@ -207,16 +207,17 @@ def test_guard_agent_takes_a_guard_or_its_options() -> None:
         guard_agent(agent, guard_agent(agent).guard, window=6)
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+# The example of the adapter's page, run with this module's scripted model.
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "adapters" / "agents.md"
 
 
-def test_readme_agents_example_runs() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+def test_docs_agents_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
     block = next(block for block in blocks if "tripwire.adapters.agents" in block)
     ran: list[Any] = []
     steps = [[function_call("get_logs", SEED_ARGS[i], call_id=f"call_{i}")] for i in range(4)]
     namespace: dict[str, Any] = {"MODEL": ScriptedModel(steps), "TOOLS": triage_tools(ran)}
-    exec(compile(block, str(README), "exec"), namespace)
+    exec(compile(block, str(PAGE), "exec"), namespace)
     stop = namespace["stop"]
     # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
     assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 4, 2)

@@ -260,14 +260,15 @@ def test_make_guard_or_options() -> None:
         LoopGuardMiddleware(make_guard=lambda: None, window=6)
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+# The example of the adapter's page, run with this module's scripted model.
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "adapters" / "langchain.md"
 
 
-def test_readme_langchain_example_runs() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+def test_docs_langchain_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
     block = next(block for block in blocks if "tripwire.adapters.langchain" in block)
     ran: list[Any] = []
     namespace: dict[str, Any] = {"MODEL": script(*seed_turns()), "TOOLS": triage_tools(ran)}
-    exec(compile(block, str(README), "exec"), namespace)
+    exec(compile(block, str(PAGE), "exec"), namespace)
     assert ran == [("get_logs", "checkout")] * 2  # issue 25: the call after the nudge ran
     assert "get_logs" in namespace["result"]["messages"][-1].content

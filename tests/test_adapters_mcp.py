@@ -217,15 +217,16 @@ def test_a_call_that_raises_is_observed_as_failed(tw: ModuleType) -> None:
     assert asyncio.run(body()) == ["timeout", "timeout", "timeout"]
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+# The example of the adapter's page, run with this module's scripted model.
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "adapters" / "mcp.md"
 
 
-def test_readme_mcp_example_runs() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+def test_docs_mcp_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.DOTALL)
     block = next(block for block in blocks if "tripwire.adapters.mcp" in block)
     ran: list[Any] = []
     namespace: dict[str, Any] = {"server": ops_server(ran)}
-    exec(compile(block, str(README), "exec"), namespace)
+    exec(compile(block, str(PAGE), "exec"), namespace)
     stop = namespace["stop"]
     # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
     assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 4, 2)

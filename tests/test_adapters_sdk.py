@@ -500,13 +500,16 @@ def test_a_result_not_recorded_is_named(tw: ModuleType) -> None:
         turn.record("nope", [])
 
 
-# -- the README's loops run as written ------------------------------------------------------
+# -- the docs' loops run as written ----------------------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "adapters"
 
 
-def _readme_block(marker: str) -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+def _docs_block(page: str, marker: str) -> str:
+    """The first example of an adapter's page that uses ``marker`` (its own scripted model
+    is set up in a block before, which this module's replaces)."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
     return next(block for block in blocks if marker in block)
 
 
@@ -516,7 +519,7 @@ GET_LOGS_SCHEMA = {
 }
 
 
-def test_readme_openai_loop_runs() -> None:
+def test_docs_openai_loop_runs() -> None:
     script = [_chat_response([(f"call_{i}", "get_logs", SEED_ARGS[i])]) for i in range(5)]
     api, ran = FakeApi(_chat_check, script), []
     namespace: dict[str, Any] = {
@@ -527,14 +530,15 @@ def test_readme_openai_loop_runs() -> None:
         ],
         "run_tool": lambda name, args: ran.append(name) or [],
     }
-    exec(compile(_readme_block("tripwire.adapters.openai"), str(README), "exec"), namespace)
+    block = _docs_block("openai.md", "tripwire.adapters.openai")
+    exec(compile(block, str(DOCS / "openai.md"), "exec"), namespace)
     stop = namespace["turn"].stop
     # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
     assert (stop.reason, stop.step, ran) == ("loop_detected", 4, ["get_logs"] * 2)
     assert len(api.requests) == 4
 
 
-def test_readme_anthropic_loop_runs() -> None:
+def test_docs_anthropic_loop_runs() -> None:
     args = [json.loads(text) for text in SEED_ARGS]
     script = [_anthropic_response([(f"toolu_{i}", "get_logs", args[i])]) for i in range(5)]
     api, ran = FakeApi(_messages_check, script), []
@@ -544,7 +548,8 @@ def test_readme_anthropic_loop_runs() -> None:
         "TOOLS": [{"name": "get_logs", "input_schema": GET_LOGS_SCHEMA}],
         "run_tool": lambda name, args: ran.append(name) or [],
     }
-    exec(compile(_readme_block("tripwire.adapters.anthropic"), str(README), "exec"), namespace)
+    block = _docs_block("anthropic.md", "tripwire.adapters.anthropic")
+    exec(compile(block, str(DOCS / "anthropic.md"), "exec"), namespace)
     stop = namespace["turn"].stop
     # Issue 25: the call after the nudge ran; the 4th occurrence is stopped.
     assert (stop.reason, stop.step, ran) == ("loop_detected", 4, ["get_logs"] * 2)

@@ -133,6 +133,81 @@ def test_bad_input_exit_code_and_messages(
     assert code == 5
 
 
+def _codex_user_messages_only(path: Path) -> Path:
+    """A Codex CLI rollout in which a person wrote twice and the model never called a tool."""
+    ts = "2026-05-02T17:09:04.407Z"
+    said = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        for text in ("hello", "are you there?")
+    ]
+    rows: list[dict[str, Any]] = [
+        {"timestamp": ts, "type": "session_meta", "payload": {"id": "codex-q", "cwd": "/repo"}},
+        *({"timestamp": ts, "type": "response_item", "payload": item} for item in said),
+    ]
+    return write_jsonl(path, rows)
+
+
+def test_input_without_tool_calls_is_counted_not_bad(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory of a session with no tool calls and an empty file: nothing to replay, and
+    nothing wrong either, so --fail-on-loop in CI passes (issue 31)."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _codex_user_messages_only(traces / "rollout-2026-05-02.jsonl")
+    (traces / "empty.jsonl").write_text("")
+    code, out, err = run(["replay", "--fail-on-loop", str(traces)], capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith("tripwire replay: 2 files, 0 runs, 0 steps, 0 model calls\n")
+    assert (
+        "2 inputs held no tool calls, counted and not replayed (not bad input): "
+        f"{traces / 'empty.jsonl'}: empty; "
+        f"{traces / 'rollout-2026-05-02.jsonl'}: codex records, no tool calls."
+    ) in out
+    assert "Bad input" not in out
+    code, out, _ = run(["replay", "--json", str(traces)], capsys)
+    report = json.loads(out)
+    assert code == 0
+    assert (report["problems_total"], report["summary"]["without_calls"]) == (0, 2)
+    assert [entry["why"] for entry in report["without_calls"]] == [
+        "empty",
+        "codex records, no tool calls",
+    ]
+    # A directory with no trace files at all is reported the same way.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not a trace")
+    code, out, err = run(["replay", "--fail-on-loop", str(tmp_path / "notes")], capsys)
+    assert (code, err) == (0, "")
+    assert "no trace files (*.json, *.jsonl, *.ndjson, *.traj) in directory." in out
+
+
+def test_input_without_calls_beside_a_loop_and_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files without calls change no exit status: a loop still gives 1, unreadable input 4."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _codex_user_messages_only(traces / "quiet.jsonl")
+    (traces / "triage.jsonl").write_text(EXAMPLE.read_text())
+    code, out, _ = run(["replay", "--fail-on-loop", str(traces)], capsys)
+    assert code == 1
+    assert "1 input held no tool calls" in out
+    (traces / "broken.jsonl").write_text("{not json\n")
+    code, out, err = run(["replay", "--fail-on-loop", str(traces)], capsys)
+    assert code == 5
+    assert "broken.jsonl:1: not JSON" in err
+    assert "quiet.jsonl" not in err  # counted in the report, not a problem on stderr
+
+
+def test_help_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["replay", "--help"]):
+        code, out, _ = run(argv, capsys)
+        assert code == 0
+        codes = out[out.index("exit status:") :].splitlines()[1:]
+        listed = [line.split()[0] for line in codes if line.startswith("  ") and line[2] != " "]
+        assert listed == ["0", "1", "2", "4", "5"], out
+
+
 def test_many_problems_are_counted_not_all_printed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -253,14 +328,14 @@ def test_no_progress_bar_when_not_a_terminal(
     assert run(["replay", str(EXAMPLE)], capsys)[2] == ""
 
 
-def test_readme_sample_output_is_current(
+def test_docs_sample_output_is_current(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     command = "pip install . && tripwire replay examples/checkout-triage.jsonl"
-    assert command in readme.split("## Replay your traces")[0]
-    sample = readme.split("## Replay your traces", 1)[1].split("```text\n", 1)[1]
-    sample = sample.split("```", 1)[0]
+    assert command in readme.split("## Example")[0]
+    page = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    sample = page.split("```text\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(ROOT)
     code, out, _ = run(["replay", "examples/checkout-triage.jsonl"], capsys)
     assert code == 0

@@ -1,4 +1,4 @@
-"""A guard shared by threads loses no update and never deadlocks (DESIGN.md §2).
+"""A guard shared by threads loses no update and never deadlocks (docs/design/guard.md).
 
 Each threaded scenario runs in a fresh interpreter (``isolated``): a guard that deadlocks
 while holding the GIL freezes every thread of its process, the test runner's included, so

@@ -1,4 +1,4 @@
-"""Behaviour of ``Guard`` (DESIGN.md §2, issue #3) on both backends.
+"""Behaviour of ``Guard`` (docs/design/guard.md, issue #3) on both backends.
 
 Every test taking ``tw`` runs on ``tripwire._core`` (id ``native``) and ``tripwire.reference``
 (id ``reference``); tests named ``*_agree*`` run both backends side by side and compare.

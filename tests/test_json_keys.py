@@ -1,6 +1,6 @@
 """Keys from JSON text (issue #4): ``call_key_json``, ``call_keys`` and ``Guard.check_json``.
 
-The contract is ``reference.call_key(name, json.loads(text))`` (DESIGN.md §1): for every text
+The contract is ``reference.call_key(name, json.loads(text))`` (docs/design/key.md): for every text
 ``json.loads`` accepts the native key must equal it, and wherever ``json.loads`` raises the
 native parser must raise the same exception type, and for ``json.JSONDecodeError`` the same
 ``msg`` and ``pos`` (and so the same message, line and column).
@@ -1254,7 +1254,7 @@ def test_call_keys_many_threads_large_batch(backend: ModuleType) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_call_keys_threads_that_cannot_start_do_not_crash(core: ModuleType) -> None:
     """Where the OS refuses more threads (here: little address space), call_keys still
-    answers as the reference does; the process must not abort (DESIGN.md §5)."""
+    answers as the reference does; the process must not abort (docs/design/guard.md, "Errors")."""
     script = textwrap.dedent(
         """
         import resource

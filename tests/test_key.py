@@ -1,4 +1,4 @@
-"""The key contract (DESIGN.md §1) on both backends: known answers, every corner of the
+"""The key contract (docs/design/key.md) on both backends: known answers, every corner of the
 table with its exact bytes, and differential properties against the reference."""
 
 from __future__ import annotations

@@ -821,8 +821,9 @@ def test_json_report_schema() -> None:
     assert data["tripwire"]["implementation"] == tripwire.IMPLEMENTATION
     assert set(data) == {
         "schema", "tripwire", "settings", "summary", "tools", "runs", "files", "problems",
-        "problems_total",
+        "problems_total", "without_calls",
     }  # fmt: skip
+    assert (data["without_calls"], data["summary"]["without_calls"]) == ([], 0)
     assert (data["settings"]["mode"], data["settings"]["tools"]) == ("observe", {})
     summary = data["summary"]
     assert summary["runs"] == summary["looped"] == summary["stopped"] == 1

@@ -407,19 +407,22 @@ def test_unknown_record_types_are_skipped_and_counted(
 
 
 @pytest.mark.parametrize(
-    ("content", "message"),
+    ("content", "why"),
     [
-        ("", "empty: no runs read"),
-        (json.dumps([{"role": "user", "content": "hi"}]), "no model calls found"),
+        ("", "empty"),
+        (json.dumps([{"role": "user", "content": "hi"}]), "no tool calls"),
     ],
 )
-def test_a_file_with_no_runs_says_so(
-    tmp_path: Path, content: str, message: str, capsys: pytest.CaptureFixture[str]
+def test_a_file_with_no_runs_says_so_and_is_not_bad_input(
+    tmp_path: Path, content: str, why: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "nothing.json"
     path.write_text(content)
-    assert main(["replay", str(path)]) == 4
-    assert message in capsys.readouterr().err
+    assert main(["replay", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert f"1 input held no tool calls, counted and not replayed (not bad input): {path}: " in out
+    assert out.rstrip().endswith(f"{why}.")
 
 
 def test_a_directory_of_mixed_traces_in_one_command(

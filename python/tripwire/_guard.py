@@ -1,5 +1,4 @@
-"""The guard in pure Python: the reference for the native ``Guard`` (the design's guard
-contract).
+"""The guard in pure Python: the reference for the native ``Guard`` (docs/design/guard.md).
 
 Per check: count the call key's occurrences in a window of recent calls, this one included
 (``repeats``). ``repeats >= stop_at``: stop with ``loop_detected``, key not appended.

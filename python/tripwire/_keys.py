@@ -1,5 +1,5 @@
 """The canonical call key in pure Python: the seed's ``normalise``/``call_key``, plus
-``volatile_keys`` and a depth limit. This *is* the contract (DESIGN.md §1); the native core
+``volatile_keys`` and a depth limit. This *is* the contract (docs/design/key.md); the native core
 must produce the same bytes, and hands back to the helpers here whatever it does not walk
 itself (tuples, subclasses, non-``str`` keys, Decimal, ...).
 """

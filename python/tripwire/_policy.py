@@ -193,9 +193,9 @@ def check_tools(tools: Mapping[str, object] | None) -> tuple[dict[str, ToolPolic
 
 # -- inference --------------------------------------------------------------------------------
 
-# The tools of the well-known harnesses (FIELD.md), by exact name: (policy, whitespace).
-# Shell tools are "shell": a command may read or change anything, and its output is its
-# answer whatever its exit status. Editing tools keep the
+# The tools of the well-known harnesses (docs/design/field.md), by exact name:
+# (policy, whitespace). Shell tools are "shell": a command may read or change anything, and
+# its output is its answer whatever its exit status. Editing tools keep the
 # whitespace of their arguments, which the tool sees: an edit retried with corrected line
 # breaks is a different edit.
 _KEEP: Final = "keep"

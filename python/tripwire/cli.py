@@ -6,13 +6,17 @@ ARGS_JSON`` prints a call's key.
 
 Exit status, a bit mask so that both conditions can be reported at once:
 
-* 0: done, nothing to report;
+* 0: done, nothing to report; input that held no tool calls (an empty file, a session of
+  messages only, a directory with no trace files) is counted and named in the report, and
+  is not an error;
 * 1: ``--fail-on-loop`` was given and the guard stopped at least one run (``loop_detected``
   or ``no_progress``);
 * 2: bad usage (unknown option, invalid guard settings or tool policies, a ``--tools`` file
-  that cannot be read or is not a JSON object, ``key`` arguments that are not JSON);
-* 4: some input was bad (a file unreadable, a line not JSON or of no known shape): it was
-  reported on stderr with file and line, skipped, and the report covers the rest;
+  that cannot be read or is not a JSON object, ``--html`` not writable, ``key`` arguments
+  that are not JSON);
+* 4: some input could not be read (a file or directory unreadable, a line not JSON or too
+  long, a record of no known shape, a call the guard could not key): it was reported on
+  stderr with file and line, skipped, and the report covers the rest;
 * 5: both 1 and 4.
 """
 
@@ -42,8 +46,14 @@ EXIT_BAD_INPUT: Final = 4
 PRINTED_PROBLEMS: Final = 20
 
 _EPILOG = """\
-exit status: 0 fine; 1 a run was stopped (with --fail-on-loop); 2 bad usage;
-4 some input was bad and skipped (reported on stderr, the rest is reported); 5 = 1 and 4.
+exit status:
+  0  done; input without tool calls (empty files, sessions of messages only,
+     directories with no trace files) is counted in the report, not an error
+  1  --fail-on-loop was given and the guard stopped a run (loop_detected, no_progress)
+  2  bad usage: an unknown option, bad guard settings, a bad --tools file
+  4  some input could not be read (unreadable, not JSON, of no known shape): each
+     problem is on stderr with file and line, skipped; the report covers the rest
+  5  both 1 and 4
 """
 
 _REPLAY_HELP = """\

@@ -5,7 +5,7 @@ does not depend on: it is importable only where hypothesis is installed (``pip i
 tripwire[test]`` or ``pip install hypothesis``).
 
 * :func:`json_values` draws JSON-like argument values that reach every corner of the key
-  contract (DESIGN.md §1): the 29 code points ``str.split()`` treats as whitespace, in runs,
+  contract (docs/design/key.md): the 29 code points ``str.split()`` treats as whitespace, in runs,
   leading and trailing; lone surrogates; astral characters; DEL and C0 controls; float ties,
   subnormals, the ``1e-05``/``0.0001`` boundary, huge and non-finite floats; integers past 64
   bits; ``bool`` beside ``int``; ``None``; nested dicts and lists.

@@ -29,7 +29,11 @@ The JSON report (``SCHEMA``, written by ``write_json`` one run a line) has:
   summary, invalid_arguments (argument text that was not JSON), skipped_calls, results and
   results_unlinked;
 * ``files``: path, formats found, lines, runs, ignored lines, problems, unreadable;
-* ``problems`` (the first 1000: file, line, where, message) and ``problems_total``.
+* ``problems`` (the first 1000: file, line, where, message) and ``problems_total``: input
+  that could not be read (the exit status says so);
+* ``without_calls`` (the first 1000: path, why): files and directories read whole that held
+  no tool calls (empty, messages only, no trace files), not problems; ``summary`` has their
+  number, ``without_calls``.
 
 Money is rounded to a millionth of a dollar; shares to six places; nothing else is rounded.
 """
@@ -198,6 +202,7 @@ def summary(report: Report) -> dict[str, Any]:
         "split_runs": report.split_runs,
         "results": t.results,
         "results_unlinked": t.results_unlinked,
+        "without_calls": report.without_calls_total,
     }
 
 
@@ -262,6 +267,7 @@ def to_json(report: Report, *, runs: bool = True) -> dict[str, Any]:
             for p in report.problems
         ],
         "problems_total": report.problems_total,
+        "without_calls": [{"path": w.path, "why": w.message} for w in report.without_calls],
     }
 
 
@@ -560,6 +566,8 @@ def _notes(report: Report, s: dict[str, Any]) -> list[str]:
             f"{report.split_runs:,} run{'s' if report.split_runs != 1 else ''} interleaved with"
             " too many others were replayed in parts, each with a fresh guard."
         )
+    if report.without_calls_total:
+        notes.append(_without_calls_note(report))
     if report.problems_total:
         unreadable = sum(1 for f in report.files if f.unreadable)
         detail = (
@@ -571,3 +579,18 @@ def _notes(report: Report, s: dict[str, Any]) -> list[str]:
             " (listed on stderr; --json has them)."
         )
     return notes
+
+
+# Input without tool calls named in the notes; the rest are counted (--json lists them).
+NAMED_WITHOUT_CALLS: Final = 5
+
+
+def _without_calls_note(report: Report) -> str:
+    total = report.without_calls_total
+    named = "; ".join(f"{w.path}: {w.message}" for w in report.without_calls[:NAMED_WITHOUT_CALLS])
+    more = total - min(total, NAMED_WITHOUT_CALLS)
+    rest = f"; and {more:,} more (--json lists them)" if more else ""
+    return (
+        f"{_n(total, 'input')} held no tool calls, counted and not replayed (not bad input):"
+        f" {named}{rest}."
+    )

@@ -471,9 +471,15 @@ class Report:
     problems_total: int
     split_runs: int = 0
     models: dict[str | None, int] = field(default_factory=dict)
+    # Files and directories read whole that held nothing to replay (empty, messages only, no
+    # trace files): counted and reported, not bad input; the first ``keep_problems`` listed.
+    without_calls: list[Problem] = field(default_factory=list)
+    without_calls_total: int = 0
 
     @property
     def bad_input(self) -> bool:
+        """Some input could not be read (unreadable, not JSON, of no known shape): the exit
+        status says so. Input read whole that held no tool calls is not bad input."""
         return self.problems_total > 0
 
 
@@ -504,6 +510,8 @@ class Fleet:
         self.models: dict[str | None, int] = {}
         self.problems: list[Problem] = []
         self.problems_total = 0
+        self.without_calls: list[Problem] = []
+        self.without_calls_total = 0
         self.split_runs = 0
         # Results of runs with no open run (before their first call, or after it was split).
         self.orphan_results = 0
@@ -518,6 +526,13 @@ class Fleet:
             self.problems.append(problem)
         if self._on_problem is not None:
             self._on_problem(problem)
+
+    def nothing_to_replay(self, where: Problem) -> None:
+        """Input read whole that held no tool calls: counted and reported, not a problem (a
+        session of user messages only, an empty file, a directory of other files)."""
+        self.without_calls_total += 1
+        if len(self.without_calls) < self._keep:
+            self.without_calls.append(where)
 
     def feed(self, file_index: int, stats: FileStats, events: Iterable[Event]) -> None:
         """Replays one file's events; its runs are finished when they end or the file does."""
@@ -831,6 +846,8 @@ class Fleet:
             problems_total=self.problems_total,
             split_runs=self.split_runs,
             models=self.models,
+            without_calls=self.without_calls,
+            without_calls_total=self.without_calls_total,
         )
 
 
@@ -907,16 +924,16 @@ def replay(
         )
         fleet.feed(index, stats, reader)
         if not stats.turns and not stats.problems and not stats.unreadable:
-            fleet.problem(Problem(label, None, _nothing_read(stats)))
+            fleet.nothing_to_replay(Problem(label, None, _nothing_read(stats)))
     return fleet.report(files)
 
 
 def _nothing_read(stats: FileStats) -> str:
     """Why a file that raised no problem gave no run: it must not add nothing in silence."""
     if not stats.lines and not stats.formats:
-        return "empty: no runs read"
-    found = f" ({', '.join(sorted(stats.formats))} records)" if stats.formats else ""
-    return f"no model calls found{found}; no runs read"
+        return "empty"
+    found = f"{', '.join(sorted(stats.formats))} records, " if stats.formats else ""
+    return f"{found}no tool calls"
 
 
 def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
@@ -941,7 +958,7 @@ def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
             fleet.problem(Problem(where, None, f"cannot list directory: {exc.strerror or exc}"))
         if not found and not unlisted:
             wanted = ", ".join(f"*{suffix}" for suffix in suffixes)
-            fleet.problem(Problem(path, None, f"no trace files ({wanted}) in directory"))
+            fleet.nothing_to_replay(Problem(path, None, f"no trace files ({wanted}) in directory"))
 
 
 def _bind(tick: Callable[[FileStats, int], None], stats: FileStats) -> Callable[[int], None]:
