@@ -23,6 +23,7 @@ from _traces import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tripwire._results import content_value
 from tripwire.replay import Prices, RunResult, Settings, render, replay, to_json, write_json
 from tripwire.replay import simulate as simulate_module
 from tripwire.testing import json_values
@@ -958,6 +959,116 @@ def test_no_input_raises(
     report = replay([str(path)])
     to_json(report)
     render(report)
+
+
+# A JSON integer longer than Python converts to an int (4,300 digits by default).
+LONG_NUMBER = "9" * 5_000
+
+
+def _long_int(digits: str) -> int | str:
+    """How replay reads a JSON integer: an int, or past Python's limit its digits."""
+    return int(digits) if len(digits.lstrip("-")) <= 4_300 else digits
+
+
+# Results as traces hold them: plain values, texts (JSON, errors), content lists whose
+# blocks' "type" is anything JSON allows (JSON Schema's ["string", "null"], GraphQL's {}).
+_BLOCK_TYPES = st.one_of(
+    st.sampled_from(["text", "output_text", "image", "tool_use"]),
+    st.just(["string", "null"]),
+    st.just({"kind": "OBJECT"}),
+    st.integers(0, 3),
+    st.none(),
+)
+_RESULT_JSON = st.one_of(
+    json_values(max_leaves=4).map(json.dumps),
+    st.sampled_from(["a", "b", "", "[]", "Error: boom", "timed out", "null"]).map(json.dumps),
+    st.lists(
+        st.fixed_dictionaries(
+            {"type": _BLOCK_TYPES, "text": st.sampled_from(["a", "b", "Error: x", "[]"])}
+        ),
+        min_size=1,
+        max_size=3,
+    ).map(json.dumps),
+    st.just(f"[{LONG_NUMBER}]"),
+    st.just(f"[-{LONG_NUMBER}1]"),
+)
+_ARGS_JSON = st.one_of(
+    st.sampled_from(['{"q": 1}', '{"q": 2}', "{}", "null", '"{\\"q\\": 1}"', '"not json"']),
+    st.just(f'{{"n": {LONG_NUMBER}}}'),
+    json_values(max_leaves=3).filter(lambda v: isinstance(v, dict)).map(json.dumps),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    calls=st.lists(
+        st.tuples(st.sampled_from(["search", "read_file", "run"]), _ARGS_JSON, _RESULT_JSON),
+        min_size=1,
+        max_size=14,
+    )
+)
+def test_replay_reads_what_the_trace_says(
+    tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, str, str]]
+) -> None:
+    """Issue 26: the replay of an events trace is what a guard given the same calls and
+    results says, whatever the results hold (blocks whose "type" is a list or an object,
+    numbers longer than Python converts): same steps, nudges, stop and results read."""
+    path = tmp_path_factory.mktemp("fuzz") / "trace.jsonl"
+    lines = [
+        f'{{"run": "r", "tool": "{tool}", "args": {args}, "result": {result}}}\n'
+        for tool, args, result in calls
+    ]
+    path.write_text("".join(lines), encoding="utf-8")
+    report = replay([str(path)])
+    assert report.problems_total == 0
+    run = one(report)
+
+    guard = Settings().guard()
+    nudges: list[int] = []
+    stop: tripwire.Verdict | None = None
+    results = 0
+    for tool, args_text, result_text in calls:
+        args = json.loads(args_text, parse_int=_long_int)
+        args = {} if args is None else args
+        verdict = guard.check_json(tool, args) if type(args) is str else guard.check(tool, args)
+        if verdict.action == "stop":
+            stop = verdict
+            break
+        results += 1
+        if verdict.action == "nudge":
+            nudges.append(verdict.step)
+        else:
+            guard.observe(verdict, content_value(json.loads(result_text, parse_int=_long_int)))
+    assert (run.nudges, run.nudge_step) == (len(nudges), nudges[0] if nudges else None)
+    assert (run.stop_step, run.reason, run.tool) == (
+        (stop.step, stop.reason, stop.tool) if stop else (None, None, None)
+    )
+    assert (run.steps, run.results) == (stop.step if stop else len(calls), results)
+
+
+@pytest.mark.parametrize("as_document", [False, True])
+def test_numbers_longer_than_python_converts_are_read(tmp_path: Path, as_document: bool) -> None:
+    """Issue 26: a JSON number of 5,000 digits is valid JSON; Python's int conversion
+    refuses it (``ValueError``, not a ``JSONDecodeError``). The trace is read, the number
+    kept as its digits, in a JSONL line and in a whole JSON document alike: the replay is
+    the one of the same trace with a short number in its place."""
+
+    def trace(number: str) -> str:
+        if as_document:
+            return json.dumps(openai_chat()).replace("{", f'{{"big": {number}, ', 1)
+        line = f'{{"run": "r", "tool": "t", "args": {{"n": {number}}}, "result": [-{number}]}}'
+        return "\n".join([line] * 4)
+
+    runs = []
+    for name, number in (("long", LONG_NUMBER), ("short", "7")):
+        path = tmp_path / (name + (".json" if as_document else ".jsonl"))
+        path.write_text(trace(number))
+        report = replay([str(path)])
+        assert report.problems_total == 0
+        run = one(report)
+        runs.append((run.nudge_step, run.stop_step, run.tool, run.steps, run.results))
+    assert runs[0] == runs[1]
+    assert runs[0][1] is not None  # both stopped: the calls were read
 
 
 def _is_json(text: str) -> bool:
