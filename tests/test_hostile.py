@@ -1398,3 +1398,134 @@ def scenario_many_guards_with_failures(name: str) -> None:
 )
 def test_threads_with_hostile_callbacks(scenario: str, name: str) -> None:
     isolated(scenario, name)
+
+
+# -- results that fight back (issue 26) ---------------------------------------------------------
+
+
+class LenRaisesList(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        raise Boom("len")
+
+
+class LenRaisesDict(dict):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        raise Boom("len")
+
+
+class EqRaises:
+    """A value whose comparisons raise (and so, having ``__eq__``, is unhashable)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise Boom("eq")
+
+
+class HashableEqRaises(EqRaises):
+    def __hash__(self) -> int:
+        return hash("text")
+
+
+class LooksLikeText:
+    """Not a str, but equal to ``"text"`` and hashed as it: a content block's type that a
+    set lookup would take for a text block."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "text"
+
+    def __hash__(self) -> int:
+        return hash("text")
+
+
+class TextLies(str):
+    """A str of other characters that says it equals anything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("text")
+
+
+class StrRaises(Exception):
+    def __str__(self) -> str:
+        raise Boom("str")
+
+
+# (id, a fresh result, the ``error=`` given with it)
+FIGHTING_RESULTS: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = [
+    # JSON Schema and GraphQL fields: valid JSON, and their "type" is no block's type.
+    ("type-list", lambda: [{"type": ["string", "null"], "text": "x"}], lambda: None),
+    ("type-dict", lambda: [{"type": {"kind": "OBJECT"}, "text": "x"}], lambda: None),
+    ("type-empty-list", lambda: [{"type": []}], lambda: None),
+    ("envelope-type-list", lambda: {"type": [], "content": "x"}, lambda: None),
+    ("envelope-role-dict", lambda: {"role": {}, "content": "x"}, lambda: None),
+    ("type-eq-raises", lambda: [{"type": EqRaises(), "text": "x"}], lambda: None),
+    ("type-hashable-eq-raises", lambda: [{"type": HashableEqRaises(), "text": "x"}], lambda: None),
+    ("envelope-type-eq-raises", lambda: {"type": EqRaises(), "content": "x"}, lambda: None),
+    ("type-looks-like-text", lambda: [{"type": LooksLikeText(), "text": "x"}], lambda: None),
+    ("type-str-lies", lambda: [{"type": TextLies("image"), "text": "x"}], lambda: None),
+    ("type-str-subclass-text", lambda: [{"type": TextLies("text"), "text": "x"}], lambda: None),
+    ("list-len-raises", lambda: LenRaisesList([1, 2]), lambda: None),
+    ("empty-list-len-raises", lambda: LenRaisesList(), lambda: None),
+    ("dict-len-raises", lambda: LenRaisesDict({"a": 1}), lambda: None),
+    ("list-of-len-raises", lambda: [LenRaisesList()], lambda: None),
+    ("error-str-raises", lambda: "x", lambda: StrRaises()),
+    ("error-str-raises-with-result", lambda: None, lambda: StrRaises("boom")),
+    ("error-repr-raises", lambda: "x", lambda: BadRepr()),
+]
+FIGHTING_IDS = [case for case, _, _ in FIGHTING_RESULTS]
+
+
+@pytest.mark.parametrize(("case", "result", "error"), FIGHTING_RESULTS, ids=FIGHTING_IDS)
+def test_observe_never_raises_a_results_own_exception(
+    module: ModuleType, case: str, result: Callable[[], Any], error: Callable[[], Any]
+) -> None:
+    """The README: a result is never raised. A list or dict subclass whose ``__len__``
+    raises, a block ``type`` whose ``__eq__`` raises or that is a list (JSON Schema), an
+    exception whose ``__str__`` raises: observe takes each as what it can read of it."""
+    guard = module.Guard(tools={"t": "read"})
+    verdict = guard.check("t", 1)
+    guard.observe(verdict, result(), error=error())
+    # The guard goes on: a repeat is judged (and nothing raised on reading the state).
+    assert guard.check("t", 1).action in ("allow", "nudge")
+    guard.snapshot()
+
+
+@requires_native
+@pytest.mark.parametrize(("case", "result", "error"), FIGHTING_RESULTS, ids=FIGHTING_IDS)
+def test_results_are_read_alike_by_both_backends(
+    case: str, result: Callable[[], Any], error: Callable[[], Any]
+) -> None:
+    """One result reader (issue 26): the native fast path and the reference read every
+    result alike, so the two guards' states (their snapshots, byte for byte) are equal after
+    observing it, then after each result again and a repeat."""
+    assert NATIVE is not None
+    snapshots = []
+    for backend in (NATIVE, REFERENCE):
+        guard = backend.Guard(tools={"t": "read"})
+        for _ in range(3):
+            verdict = guard.check("t", 1)
+            guard.observe(verdict, result(), error=error())
+        snapshots.append(guard.snapshot())
+    assert snapshots[0] == snapshots[1]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [LooksLikeText(), TextLies("image"), ["text"], {"text": 1}],
+    ids=["looks-like-text", "str-lies", "list", "dict"],
+)
+def test_a_type_that_is_no_str_names_no_text_block(module: ModuleType, kind: Any) -> None:
+    """A content block is a text block when its ``type`` is the str "text" (or
+    "input_text", "output_text") by its characters: an object that says it equals "text"
+    is no text block, and the list is compared as it is, not as the text it holds."""
+
+    def observed(result: Any) -> bytes:
+        guard = module.Guard(tools={"t": "read"})
+        guard.observe(guard.check("t", 1), result)
+        return guard.snapshot()  # type: ignore[no-any-return]
+
+    as_text = observed("hello")
+    assert observed([{"type": "text", "text": "hello"}]) == as_text
+    assert observed([{"type": TextLies("text"), "text": "hello"}]) == as_text
+    assert observed([{"type": kind, "text": "hello"}]) != as_text
