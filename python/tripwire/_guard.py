@@ -125,6 +125,14 @@ INFERRED_TOOLS: Final = 1024
 _ORDINALS: Final = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 
+# Why a call made from inside another on the same guard, in the same thread, is refused.
+REENTERED: Final = (
+    "tripwire: this guard is in the middle of a call in this thread (a signal handler, a "
+    "finaliser or a gc callback called it again before that call returned); nothing was "
+    "counted: make the call after the first one returns, or give the callback its own guard"
+)
+
+
 def _ordinal(n: int) -> str:
     return _ORDINALS[n - 1] if 1 <= n <= len(_ORDINALS) else f"{n}th"
 
@@ -499,9 +507,12 @@ class Guard:
         self._definitions = check_definitions(definitions)
         self._inferred: dict[str, ToolPolicy | None] = {}
         # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
-        # use this guard from the same thread (a Python lock, unlike the native one, lets
-        # other threads run while it waits, so threads cannot deadlock on it).
+        # look at this guard from the same thread (a Python lock, unlike the native one, lets
+        # other threads run while it waits, so threads cannot deadlock on it). A callback
+        # that would change the run while a change is half made is refused (``_locked``).
         self._lock = threading.RLock()
+        # A change to the run is under way (in the thread that holds the lock).
+        self._busy = False
         # Objects the state lets go of while the lock is held. Dropping one can run Python
         # code (a finaliser) that uses this guard again, so they are dropped after release.
         self._released: list[Any] = []
@@ -511,8 +522,21 @@ class Guard:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        """The lock, for a change to the run (or a read of all of it, a snapshot). Python
+        code can run in the middle of one in the same thread (a signal handler, a gc
+        callback, a finaliser: between any two bytecodes), and the RLock lets it in: a
+        change it made there would interleave with the half-made one (a step handed out
+        twice, the window changed under an iteration). So it is refused, with nothing
+        changed; the native guard, which runs no Python code while locked, never meets it.
+        Reading (``keys``, ``steps``, ``stopped``, ``policy_of``) is always allowed."""
         with self._lock:
-            yield
+            if self._busy:
+                raise RuntimeError(REENTERED)
+            self._busy = True
+            try:
+                yield
+            finally:
+                self._busy = False
             released, self._released = self._released, []
         del released
 
@@ -548,7 +572,7 @@ class Guard:
         unknown kind."""
         if not isinstance(name, str):
             raise TypeError(f"tool name must be a str, not {type(name).__name__}")
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(_exact(name))
         if policy is None:
             return None, None
@@ -561,7 +585,7 @@ class Guard:
         arguments given as JSON ``text`` that do not parse (then the raw text keys the call).
         Raises for a bad call, before anything changes."""
         name = _exact(check_name(name))
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(name)
         keep = policy is not None and policy.whitespace == "keep"
         if not text:
@@ -903,7 +927,7 @@ class Guard:
             raise TypeError(f"transient must be a bool or None, not {type(transient).__name__}")
         if verdict.action != "allow":
             return
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(verdict.tool)
         digest, empty, failed, is_transient, text = describe_result(
             result, error, transient, policy
