@@ -360,6 +360,37 @@ impl Verdict {
         ))
     }
 
+    /// Pickle and `copy` (a fleet checks in one worker and observes in another): the
+    /// verdict's fields in the snapshot's encoding, its window, budget and cached result.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let verdict = slf.get();
+        let bytes = crate::py_snapshot::verdict_bytes(py, verdict)?;
+        let args = (
+            pyo3::types::PyBytes::new(py, &bytes),
+            verdict.window,
+            verdict.budget.as_deref(),
+            verdict.cached.as_ref().map(|c| c.bind(py).clone()),
+        )
+            .into_pyobject(py)?;
+        Ok((slf.get_type().getattr("_from_reduced")?, args))
+    }
+
+    /// The other half of `__reduce__`.
+    #[staticmethod]
+    #[pyo3(signature = (data, window, budget, cached, /))]
+    fn _from_reduced(
+        py: Python<'_>,
+        data: &[u8],
+        window: usize,
+        budget: Option<String>,
+        cached: Option<Py<PyAny>>,
+    ) -> PyResult<Verdict> {
+        crate::py_snapshot::verdict_from_bytes(py, data, window, budget.map(Arc::from), cached)
+    }
+
     /// Equal when every field is, and `cached` holds the very same result. Unhashable.
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let Ok(other) = other.cast::<Verdict>() else {

@@ -379,6 +379,25 @@ class Verdict:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle and ``copy`` (a fleet checks in one worker and observes in another):
+        rebuilt through ``__init__``, as ``__setattr__`` refuses pickle's default way."""
+        return _verdict, (
+            self.action,
+            self.reason,
+            self.tool,
+            self.key,
+            self.repeats,
+            self.step,
+            self.cached,
+            self.call_id,
+            self.duplicate_of,
+            self.invalid_arguments,
+            self._window,
+            self._budget,
+            self._detail,
+        )
+
     def _replace(self, **changes: Any) -> Verdict:
         fields: dict[str, Any] = {
             "cached": self.cached,
@@ -406,6 +425,39 @@ class Verdict:
             f"Verdict(action={self.action!r}{extra}, tool={self.tool!r}, key={self.key!r}, "
             f"repeats={self.repeats}, step={self.step})"
         )
+
+
+def _verdict(
+    action: Action,
+    reason: Reason | None,
+    tool: str,
+    key: str,
+    repeats: int,
+    step: int,
+    cached: Any,
+    call_id: str | None,
+    duplicate_of: int | None,
+    invalid_arguments: str | None,
+    window: int,
+    budget: int | None,
+    detail: Detail,
+) -> Verdict:
+    """A verdict from the fields ``Verdict.__reduce__`` gives pickle."""
+    return Verdict(
+        action,
+        reason,
+        tool,
+        key,
+        repeats,
+        step,
+        cached=cached,
+        call_id=call_id,
+        duplicate_of=duplicate_of,
+        invalid_arguments=invalid_arguments,
+        window=window,
+        budget=budget,
+        detail=detail,
+    )
 
 
 class _Entry:
