@@ -1529,3 +1529,67 @@ def test_a_type_that_is_no_str_names_no_text_block(module: ModuleType, kind: Any
     assert observed([{"type": "text", "text": "hello"}]) == as_text
     assert observed([{"type": TextLies("text"), "text": "hello"}]) == as_text
     assert observed([{"type": kind, "text": "hello"}]) != as_text
+
+
+# -- unbounded growth (issue 26) ---------------------------------------------------------------
+
+_NAMES_RSS = """
+import gc, sys
+sys.path.insert(0, {tests!r})
+from _guards import backend
+
+def rss():
+    gc.collect()
+    with open("/proc/self/status") as status:
+        return next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmRSS:"))
+
+guard = backend({name!r}).Guard()
+for i in range(10_000):
+    guard.check(f"warm_{{i}}", {{}})
+warm = rss()
+for i in range({names}):
+    guard.check(f"made_up_tool_{{i}}", {{}})
+print(rss() - warm)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_distinct_tool_names_do_not_grow_the_guard(name: str) -> None:
+    """Issue 26, finding 6: a model that makes up a new tool name each call. The native
+    guard kept every name until ``reset()`` (200 bytes a name: a million took RSS from 21 to
+    216 MB); both keep a name only while the window holds a call to it. 200,000 names, in a
+    fresh interpreter: RSS grows by under 4 MB (it grew by 40 MB natively before)."""
+    code = _NAMES_RSS.format(tests=str(Path(__file__).parent), name=name, names=200_000)
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    grown = int(child.stdout.strip())
+    assert grown < 4 * 2**20, f"{grown / 2**20:.1f} MB"
+
+
+@requires_native
+def test_messages_name_the_right_tools_after_many_names() -> None:
+    """The native guard forgets names no entry of the window holds, and numbers the rest
+    afresh: messages that name tools (runs of empty results, cycles) still name the right
+    ones, as the reference's do."""
+    runs = []
+    for module in (NATIVE, REFERENCE):
+        guard = module.Guard()
+        seen = []
+        for i in range(700):
+            verdict = guard.check(f"made_up_{i}", {"i": i})
+            guard.observe(verdict, [] if i % 2 else "ok")
+            seen.append(fields(verdict))
+        for i in range(12):
+            verdict = guard.check(("search_docs", "search_web")[i % 2], {"q": i})
+            guard.observe(verdict, [])
+            seen.append(fields(verdict))
+        for i in range(8):
+            verdict = guard.check(("edit_file", "run_tests")[i % 2], {"v": i % 2})
+            guard.observe(verdict, "same")
+            seen.append(fields(verdict))
+        runs.append((seen, guard.snapshot()))
+    assert runs[0] == runs[1]
+    messages = " ".join(f["message"] or "" for f in runs[0][0])
+    assert "search_docs" in messages and "search_web" in messages
