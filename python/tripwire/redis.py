@@ -53,7 +53,8 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, Literal, TypeVar
 
 try:
@@ -68,6 +69,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 import tripwire
+from tripwire._guard import REENTERED
 from tripwire._snapshot import SnapshotError
 
 __all__ = (
@@ -400,11 +402,25 @@ class RedisGuard(_Base):
 
     def __init__(self, client: Any, run_id: str, **options: Any) -> None:
         super().__init__(client, run_id, asynchronous=False, **options)
-        # The local guard and what this worker saw are one thread's at a time.
-        self._lock = threading.Lock()
+        # The local guard and what this worker saw are one thread's at a time. Re-entrant,
+        # with a flag: a signal handler (or gc callback) that uses the guard in the middle of
+        # a call on the same thread gets a clear RuntimeError, not a deadlock on itself.
+        self._rlock = threading.RLock()
+        self._busy = False
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        with self._rlock:
+            if self._busy:
+                raise RuntimeError(REENTERED)
+            self._busy = True
+            try:
+                yield
+            finally:
+                self._busy = False
 
     def _run(self, op: Callable[[Any], T], fallback: Callable[[str], T]) -> T:
-        with self._lock:
+        with self._lock():
             try:
                 value = self._seen
                 for attempt in range(self._attempts):
@@ -468,25 +484,25 @@ class RedisGuard(_Base):
 
     @property
     def steps(self) -> int:
-        with self._lock:
+        with self._lock():
             return self._read().steps  # type: ignore[no-any-return]
 
     @property
     def stopped(self) -> bool:
-        with self._lock:
+        with self._lock():
             return self._read().stopped  # type: ignore[no-any-return]
 
     def keys(self) -> list[str]:
-        with self._lock:
+        with self._lock():
             return self._read().keys()  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._lock():
             return len(self._read())
 
     def snapshot(self, *, state_only: bool = False) -> bytes:
         """The run's guard as ``Guard.snapshot`` writes it (to debug, or to move a run)."""
-        with self._lock:
+        with self._lock():
             return self._read().snapshot(state_only=state_only)  # type: ignore[no-any-return]
 
     def close(self) -> None:
