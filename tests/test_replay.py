@@ -995,30 +995,47 @@ _RESULT_JSON = st.one_of(
 _ARGS_JSON = st.one_of(
     st.sampled_from(['{"q": 1}', '{"q": 2}', "{}", "null", '"{\\"q\\": 1}"', '"not json"']),
     st.just(f'{{"n": {LONG_NUMBER}}}'),
-    json_values(max_leaves=3).filter(lambda v: isinstance(v, dict)).map(json.dumps),
+    st.dictionaries(st.sampled_from(["q", "path", "n"]), json_values(max_leaves=2), max_size=2).map(
+        json.dumps
+    ),
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    calls=st.lists(
-        st.tuples(st.sampled_from(["search", "read_file", "run"]), _ARGS_JSON, _RESULT_JSON),
-        min_size=1,
-        max_size=14,
-    )
-)
+# A run's calls, drawn from a few distinct ones so that loops (and stops) are common.
+_CALLS = st.lists(
+    st.tuples(st.sampled_from(["search", "read_file", "run"]), _ARGS_JSON, _RESULT_JSON),
+    min_size=1,
+    max_size=4,
+).flatmap(lambda pool: st.lists(st.sampled_from(pool), min_size=1, max_size=14))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(calls=_CALLS, chat=st.booleans())
 def test_replay_reads_what_the_trace_says(
-    tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, str, str]]
+    tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, str, str]], chat: bool
 ) -> None:
-    """Issue 26: the replay of an events trace is what a guard given the same calls and
-    results says, whatever the results hold (blocks whose "type" is a list or an object,
-    numbers longer than Python converts): same steps, nudges, stop and results read."""
-    path = tmp_path_factory.mktemp("fuzz") / "trace.jsonl"
-    lines = [
-        f'{{"run": "r", "tool": "{tool}", "args": {args}, "result": {result}}}\n'
-        for tool, args, result in calls
-    ]
-    path.write_text("".join(lines), encoding="utf-8")
+    """Issue 26: the replay of a trace is what a guard given the same calls and results
+    says, whatever the results hold (blocks whose "type" is a list or an object, numbers
+    longer than Python converts): same steps, nudges, stop and results read. As events
+    lines (arguments as values), and as one Chat Completions document (arguments as JSON
+    text, results as tool messages' content)."""
+    if chat:
+        path = tmp_path_factory.mktemp("fuzz") / "chat.json"
+        messages = ['{"role": "user", "content": "go"}']
+        for index, (tool, args, result) in enumerate(calls):
+            function = {"name": tool, "arguments": "ARGS"}
+            call = {"id": f"c{index}", "type": "function", "function": function}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            messages.append(json.dumps(message).replace('"ARGS"', json.dumps(args)))
+            messages.append(f'{{"role": "tool", "tool_call_id": "c{index}", "content": {result}}}')
+        path.write_text("[\n" + ",\n".join(messages) + "\n]\n", encoding="utf-8")
+    else:
+        path = tmp_path_factory.mktemp("fuzz") / "trace.jsonl"
+        lines = [
+            f'{{"run": "r", "tool": "{tool}", "args": {args}, "result": {result}}}\n'
+            for tool, args, result in calls
+        ]
+        path.write_text("".join(lines), encoding="utf-8")
     report = replay([str(path)])
     assert report.problems_total == 0
     run = one(report)
@@ -1028,9 +1045,13 @@ def test_replay_reads_what_the_trace_says(
     stop: tripwire.Verdict | None = None
     results = 0
     for tool, args_text, result_text in calls:
-        args = json.loads(args_text, parse_int=_long_int)
-        args = {} if args is None else args
-        verdict = guard.check_json(tool, args) if type(args) is str else guard.check(tool, args)
+        if chat:
+            verdict = guard.check_json(tool, args_text)
+        else:
+            args = json.loads(args_text, parse_int=_long_int)
+            args = {} if args is None else args
+            is_text = type(args) is str
+            verdict = guard.check_json(tool, args) if is_text else guard.check(tool, args)
         if verdict.action == "stop":
             stop = verdict
             break
@@ -1043,7 +1064,9 @@ def test_replay_reads_what_the_trace_says(
     assert (run.stop_step, run.reason, run.tool) == (
         (stop.step, stop.reason, stop.tool) if stop else (None, None, None)
     )
-    assert (run.steps, run.results) == (stop.step if stop else len(calls), results)
+    # Steps: every call of the trace (those after the stop too: the steps it saved).
+    assert (run.steps, run.results) == (len(calls), results)
+    assert stop is not None or run.stop_step is None
 
 
 @pytest.mark.parametrize("as_document", [False, True])
