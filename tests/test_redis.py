@@ -405,6 +405,23 @@ def test_timeout_none_keeps_the_client_as_it_is(server: Server) -> None:
     client.close()
 
 
+def test_a_client_that_decodes_replies_is_used_through_one_that_does_not(
+    server: Server,
+) -> None:
+    """The run's state is bytes: a client built with ``decode_responses=True`` failed on
+    the first check (UnicodeDecodeError); the guard's own pool does not decode."""
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    guard = RedisGuard(client, run_id())
+    assert [guard.check("get_logs", {"a": 1}).action for _ in range(2)] == ["allow", "nudge"]
+    assert guard.steps == 2
+    assert (
+        client.get("absent") is None
+        and client.connection_pool.connection_kwargs["decode_responses"]
+    )
+    guard.close()
+    client.close()
+
+
 def _sleep(url: str, seconds: float) -> threading.Thread:
     """Puts the server to sleep for ``seconds`` (``DEBUG SLEEP``), from a thread; returns
     once it sleeps (a ping with a short timeout times out)."""

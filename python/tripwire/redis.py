@@ -35,8 +35,9 @@ counted again (as a repeat) if the first write landed.
 reading, and no retries (redis-py's default retries ten times, for seconds); a client you
 built is used through a pool of the guard's own to the same server, with the same connection
 settings but reads and connects bounded by ``timeout`` and no retries (``close()`` or
-``aclose()`` closes it). ``timeout=None``: your client as it is, with its own timeouts and
-retries (also what a client without a connection pool, a cluster client, gets).
+``aclose()`` closes it; it does not decode replies, whatever yours does). ``timeout=None``:
+your client as it is, with its own timeouts and retries (also what a client without a
+connection pool, a cluster client, gets); it must not decode replies.
 Inspection (``steps``, ``stopped``, ``keys()``, ``len``) always raises when the guard cannot
 be consulted. Redis without persistence loses its runs when it restarts: a run then goes on
 from an empty state (its steps counted from 1 again).
@@ -209,6 +210,8 @@ def _bounded(client: Any, timeout: float | None, asynchronous: bool) -> tuple[An
         given = settings.get(name)
         settings[name] = timeout if given is None else min(given, timeout)
     settings["retry"] = _no_retry(asynchronous)
+    # The state is bytes: a client that decodes replies to str cannot carry it.
+    settings["decode_responses"] = False
     try:
         own = module.ConnectionPool(connection_class=pool.connection_class, **settings)
     except (TypeError, ValueError) as exc:
