@@ -8,6 +8,9 @@
 (b) Guard size: RSS delta of creating 100,000 idle ``Guard()`` objects, per guard (target:
     under 1 KB for the native guard; the reference for comparison), and of 10,000 guards
     after 12 distinct checks each (a full default window).
+(c) Distinct tool names (issue 26): RSS of one guard over a million checks, each of a tool
+    with a new name, on both backends (``--names`` runs only this part). Flat: a guard keeps a
+    name only while its window holds a call to it.
 
 Each measurement runs in its own fresh interpreter (this script re-runs itself), so memory one
 measurement frees and the allocator keeps cannot hide the next one's growth. The list holding
@@ -128,6 +131,30 @@ def measure_guards(backend: str, count: int, checks: int) -> dict[str, Any]:
     return {"before": before, "after": after, "count": count}
 
 
+# -- (c) distinct tool names ----------------------------------------------------------------
+
+NAMES = 1_000_000
+NAMES_WARMUP = 10_000
+
+
+def measure_names(backend: str, names: int) -> dict[str, Any]:
+    """One guard, ``names`` checks each of a tool of a new name (a model that makes names
+    up): RSS after a warm-up of 10,000 names, and after all of them. Flat when the guard
+    keeps a name only while its window holds a call to it."""
+    guard = _backend(backend).Guard()
+    check = guard.check
+    for i in range(NAMES_WARMUP):
+        check(f"warm_{i}", {})
+    warm = rss_bytes()
+    start = time.perf_counter()
+    for i in range(names):
+        check(f"made_up_tool_{i}", {})
+    seconds = time.perf_counter() - start
+    after = rss_bytes()
+    assert guard.steps == NAMES_WARMUP + names
+    return {"warm": warm, "after": after, "seconds": seconds, "names": names}
+
+
 # -- driver -------------------------------------------------------------------------------
 
 
@@ -226,6 +253,30 @@ def main() -> None:
         rows,
         text_columns=2,
     )
+    print()
+    print_names()
+
+
+def print_names(names: int = NAMES) -> None:
+    rows = []
+    for backend in ("native", "reference"):
+        m = _child("names", backend, str(names))
+        delta = m["after"] - m["warm"]
+        rows.append(
+            [
+                backend,
+                _mb(m["warm"]),
+                _mb(m["after"]),
+                _signed_kb(delta),
+                f"{delta / names:.3f}",
+                f"{m['seconds']:.1f} s",
+            ]
+        )
+    _print_table(
+        f"(c) one guard, {names:,} checks of distinct tool names (after {NAMES_WARMUP:,})",
+        ["backend", "after warm-up", f"after {names:,}", "delta", "B/name", "time"],
+        rows,
+    )
 
 
 if __name__ == "__main__":
@@ -233,8 +284,12 @@ if __name__ == "__main__":
         kind, *rest = sys.argv[2:]
         if kind == "leak":
             result = measure_leak(rest[0])
+        elif kind == "names":
+            result = measure_names(rest[0], int(rest[1]))
         else:
             result = measure_guards(rest[0], int(rest[1]), int(rest[2]))
         print(json.dumps(result))
+    elif sys.argv[1:2] == ["--names"]:
+        print_names()  # (c) alone
     else:
         main()

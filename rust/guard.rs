@@ -76,6 +76,10 @@ pub enum Detail {
     PollLimit(u32),
 }
 
+/// Tool names a run keeps beyond twice its window's before it forgets those no entry holds
+/// (`RunState::forget_tools`).
+pub const TOOL_NAMES_SLACK: usize = 256;
+
 /// How many times a run may repeat one call to a poll tool, unless its policy says.
 pub const DEFAULT_MAX_POLLS: u32 = 20;
 
@@ -1063,6 +1067,7 @@ impl<V, R, N> RunState<V, R, N> {
                 other => released.results.extend(other.map(|(a, _)| a)),
             }
             self.forget_errors(&mut released);
+            self.forget_tools(&mut released);
             if self.observed {
                 // Only a result marks an entry: without any, there is nothing to update.
                 self.update_wants();
@@ -1093,6 +1098,55 @@ impl<V, R, N> RunState<V, R, N> {
     /// question must be told ([`RunState::wants`]).
     fn update_wants(&mut self) {
         self.wants = self.window.iter().any(Entry::marked);
+    }
+
+    /// Forgets the tool names no entry of the window holds, once there are many: names come
+    /// from the model, and a run that makes up a new one each call would otherwise keep
+    /// every one until `reset` (the reference keeps a name only in its entries). The names
+    /// still held are numbered afresh, in window order; ids live only in entries (a
+    /// decision's details are made into names before its commit, and snapshots write the
+    /// names). At least [`TOOL_NAMES_SLACK`] plus the window's length new names come between
+    /// two compactions, each linear in the window and the names: amortised O(1) a call.
+    fn forget_tools(&mut self, released: &mut Released<V, R, N>) {
+        if self.tool_names.len() < 2 * self.window.len() + TOOL_NAMES_SLACK {
+            return;
+        }
+        let mut names: Vec<Option<N>> = std::mem::take(&mut self.tool_names)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut bytes: Vec<Option<Box<[u8]>>> = std::mem::take(&mut self.tool_bytes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut ids = NameMap::default();
+        let mut renumbered: Vec<Option<u32>> = vec![None; names.len()];
+        for entry in &mut self.window {
+            let old = entry.tool as usize;
+            let id = match renumbered.get(old).copied().flatten() {
+                Some(id) => id,
+                None => {
+                    let (Some(name), Some(name_bytes)) = (
+                        names.get_mut(old).and_then(Option::take),
+                        bytes.get_mut(old).and_then(Option::take),
+                    ) else {
+                        continue; // not an interned id: cannot happen, and nothing to keep
+                    };
+                    let id = self.tool_names.len() as u32;
+                    ids.insert(name_bytes.clone(), id);
+                    self.tool_bytes.push(name_bytes);
+                    self.tool_names.push(name);
+                    if let Some(slot) = renumbered.get_mut(old) {
+                        *slot = Some(id);
+                    }
+                    id
+                }
+            };
+            entry.tool = id;
+        }
+        self.tool_ids = ids;
+        self.last_tool = None;
+        released.names.extend(names.into_iter().flatten());
     }
 
     /// Drops the texts of failures that have left the window, once there are more of them
@@ -1783,6 +1837,42 @@ mod tests {
         );
         assert_ne!(id_hash(b"a"), id_hash(b"a\0"));
         assert_ne!(id_hash(b""), id_hash(b"\0"));
+    }
+
+    #[test]
+    fn tool_names_are_kept_only_while_the_window_holds_them() {
+        // Thousands of distinct names, and a few kept in the window: the names the state holds
+        // stay bounded, every entry still names its own tool, and the forgotten names are
+        // handed back.
+        let limits = seed_limits();
+        let names: Vec<&'static str> = (0..10_000)
+            .map(|i| &*Box::leak(format!("tool-{i}").into_boxed_str()))
+            .collect();
+        let mut state = State::default();
+        let mut released = 0;
+        let mut most = 0;
+        for (i, name) in names.iter().enumerate() {
+            // Every other call is to one of three recurring tools.
+            let name = if i % 2 == 0 { names[i % 3] } else { name };
+            let tool = state.intern_tool(name.as_bytes(), || name);
+            let decision = state.decide(&limits, i as Key, tool, None);
+            let latched = (decision.action == Action::Stop).then_some("stop");
+            released += state
+                .commit(&limits, i as Key, tool, &decision, None, latched, None)
+                .names
+                .len();
+            most = most.max(state.tool_names.len());
+            let entry = state.window.back().map(|e| e.tool);
+            assert_eq!(entry.and_then(|id| state.tool_name(id)), Some(&name));
+        }
+        assert!(most <= 2 * limits.window + TOOL_NAMES_SLACK, "{most}");
+        assert!(released > 4_000);
+        for entry in &state.window {
+            let name = state.tool_name(entry.tool).copied();
+            let bytes = &state.tool_bytes[entry.tool as usize];
+            assert_eq!(name.map(str::as_bytes), Some(&**bytes));
+            assert_eq!(state.tool_ids.get(&**bytes), Some(&entry.tool));
+        }
     }
 
     #[test]

@@ -376,6 +376,37 @@ impl Verdict {
         ))
     }
 
+    /// Pickle and `copy` (a fleet checks in one worker and observes in another): the
+    /// verdict's fields in the snapshot's encoding, its window, budget and cached result.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let verdict = slf.get();
+        let bytes = crate::py_snapshot::verdict_bytes(py, verdict)?;
+        let args = (
+            pyo3::types::PyBytes::new(py, &bytes),
+            verdict.window,
+            verdict.budget.as_deref(),
+            verdict.cached.as_ref().map(|c| c.bind(py).clone()),
+        )
+            .into_pyobject(py)?;
+        Ok((slf.get_type().getattr("_from_reduced")?, args))
+    }
+
+    /// The other half of `__reduce__`.
+    #[staticmethod]
+    #[pyo3(signature = (data, window, budget, cached, /))]
+    fn _from_reduced(
+        py: Python<'_>,
+        data: &[u8],
+        window: usize,
+        budget: Option<String>,
+        cached: Option<Py<PyAny>>,
+    ) -> PyResult<Verdict> {
+        crate::py_snapshot::verdict_from_bytes(py, data, window, budget.map(Arc::from), cached)
+    }
+
     /// Equal when every field is, and `cached` holds the very same result. Unhashable.
     fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let Ok(other) = other.cast::<Verdict>() else {
@@ -909,7 +940,9 @@ impl Guard {
 /// Whether a result is one of the commonest kinds that the reference's `describe_result`
 /// short-cuts (a list that is no content-block list; a text that can be neither JSON nor an
 /// error's), and if so whether it is empty; `None`: the full rules apply. The same test as
-/// the reference's, kept equal by the state machine: a faster path, not another rule.
+/// the reference's, kept equal by the state machine: a faster path, not another rule. A
+/// block's `"type"` is read as the reference's `_named` reads it: a str by its characters
+/// (a subclass's `__eq__` is never asked), anything else names no block.
 fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
     if let Ok(list) = result.cast_exact::<PyList>() {
         let Ok(first) = list.get_item(0) else {
@@ -919,16 +952,8 @@ fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
             return Ok(Some(false));
         };
         return Ok(match block.get_item("type")? {
-            None => Some(false),
-            Some(kind) => match kind.cast_exact::<PyString>() {
-                Ok(kind) => {
-                    let kind = kind.to_cow()?;
-                    (!matches!(&*kind, "text" | "input_text" | "output_text")).then_some(false)
-                }
-                // A str subclass may compare as anything: the full rules decide.
-                Err(_) if kind.is_instance_of::<PyString>() => None,
-                Err(_) => Some(false),
-            },
+            Some(kind) if is_text_block(&kind)? => None,
+            _ => Some(false),
         });
     }
     if let Ok(text) = result.cast_exact::<PyString>() {
@@ -944,6 +969,19 @@ fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
     Ok(None)
 }
 
+/// Whether a content block's `"type"` names a text block (the reference's `_TEXT_BLOCKS`):
+/// a str, or a str subclass read by its characters without calling any of its methods.
+fn is_text_block(kind: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let Ok(kind) = kind.cast::<PyString>() else {
+        return Ok(false);
+    };
+    const NAMES: [&str; 3] = ["text", "input_text", "output_text"];
+    let text = text_of(kind)?;
+    Ok(NAMES
+        .iter()
+        .any(|name| text.code_points().eq(name.chars().map(u32::from))))
+}
+
 /// What a plain result says (see `plain_result`): its key, as the reference keys it (with
 /// the default volatile keys; `None` where it cannot be keyed), and whether it is empty.
 fn plain_outcome(
@@ -955,17 +993,11 @@ fn plain_outcome(
     let keyed = VolatileKeys::with_arg(py, None, |volatile| {
         canonical_key(py, name, result, volatile)
     });
+    // As the reference's `digest`: any `Exception` of the result's own makes it unknown
+    // (a result is never raised); `KeyboardInterrupt` and the like go through.
     let digest = match keyed {
         Ok(key) => Some(key),
-        Err(err)
-            if err.is_instance_of::<PyTypeError>(py)
-                || err.is_instance_of::<PyValueError>(py)
-                || err.is_instance_of::<pyo3::exceptions::PyRecursionError>(py)
-                || err.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
-                || err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) =>
-        {
-            None
-        }
+        Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
         Err(err) => return Err(err),
     };
     Ok(Outcome {
@@ -1286,7 +1318,14 @@ impl Guard {
         let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
         let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
         let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
-        let outcome = match plain_result(result)? {
+        // A result whose own methods raise while the fast path reads it goes to the full
+        // rules, the reference's, which take it as unknown (a result is never raised).
+        let plain = match plain_result(result) {
+            Ok(plain) => plain,
+            Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
+            Err(err) => return Err(err),
+        };
+        let outcome = match plain {
             Some(empty) if !told && plain_results => plain_outcome(py, result, empty)?,
             _ => described_outcome(py, spec.as_deref(), result, error, transient)?,
         };

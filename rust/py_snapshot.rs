@@ -521,6 +521,48 @@ impl Decoder<'_> {
     }
 }
 
+/// A verdict's fields in the snapshot's encoding, its cached result left out (pickle
+/// takes that as the object it is): what `Verdict.__reduce__` hands to pickle and copy.
+pub(crate) fn verdict_bytes(py: Python<'_>, verdict: &Verdict) -> PyResult<Vec<u8>> {
+    let mut encoder = Encoder {
+        py,
+        pending: Vec::new(),
+        error: None,
+    };
+    let mut out = Writer { out: Vec::new() };
+    encoder.write_live(&mut out, verdict);
+    match encoder.error {
+        Some(err) => Err(err),
+        None => Ok(out.out),
+    }
+}
+
+/// A verdict from `verdict_bytes`, with its window, budget text and cached result (the
+/// other half of `Verdict.__reduce__`); `SnapshotError` for bytes it did not write.
+pub(crate) fn verdict_from_bytes(
+    py: Python<'_>,
+    bytes: &[u8],
+    window: usize,
+    budget: Option<Arc<str>>,
+    cached: Option<Py<PyAny>>,
+) -> PyResult<Verdict> {
+    let mut decoder = Decoder {
+        py,
+        window,
+        budget,
+        texts: Vec::new(),
+    };
+    let mut reader = Reader::new(bytes);
+    let mut verdict = VerdictData::read(&mut reader)
+        .and_then(|data| decoder.live(data))
+        .map_err(format_error(py))?;
+    if reader.remaining() != 0 {
+        return Err(error(py, "not a tripwire verdict: bytes after its end"));
+    }
+    verdict.cached = cached;
+    Ok(verdict)
+}
+
 /// A verdict kept as its bytes (`Stored::Encoded`), made into a `Verdict` when asked for.
 pub(crate) fn decode_verdict(
     py: Python<'_>,

@@ -500,6 +500,28 @@ def test_a_result_not_recorded_is_named(tw: ModuleType) -> None:
         turn.record("nope", [])
 
 
+class _StrRaises(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+def test_results_that_will_not_print_are_answered(tw: ModuleType) -> None:
+    """Issue 26: a tool's result is sent as text whatever it is: an int longer than Python
+    prints (4,300 digits) as its digits, an error whose ``__str__`` raises by its type."""
+    big = 10**5000 + 7
+    calls = [("c1", "get_logs", "{}"), ("c2", "get_metrics", "{}")]
+    turn = tw_openai.chat_turn(tw.Guard(), _chat_response(calls))
+    turn.record("c1", big)
+    turn.record("c2", None, error=_StrRaises())
+    contents = [message["content"] for message in turn.tool_messages()]
+    assert contents[0] == "1" + "0" * 4999 + "7"
+    assert contents[1] == "_StrRaises"
+    # Nested in a value that JSON cannot write either: never a traceback.
+    from tripwire.adapters._turn import as_text
+
+    assert as_text([big]).startswith("<a list")
+
+
 # -- the docs' loops run as written ----------------------------------------------------------
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "adapters"

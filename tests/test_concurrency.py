@@ -352,6 +352,95 @@ def test_gc_callback_with_threads(name: str) -> None:
     isolated("scenario_gc_callback_with_threads", name, timeout=10.0)
 
 
+def scenario_gc_callback_checks_on_the_guard(name: str) -> None:
+    """Issue 26, finding 4: Python code that runs in the middle of a call on the same
+    thread (a signal handler, a gc callback: between any two bytecodes) and itself checks
+    a call on the guard. The native guard runs no Python code while locked, so such a call
+    just comes before or after. The reference refuses it with a clear RuntimeError where it
+    would interleave with a half-made change, counting nothing. Either way no step is
+    handed out twice, and the run adds up."""
+    import gc
+
+    from tripwire._guard import REENTERED
+
+    guard = backend(name).Guard(window=40, nudge_at=40, stop_at=41, tools={"read": "read"})
+    steps: list[int] = []
+    refused: list[str] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase != "start":
+            return
+        try:
+            steps.append(guard.check("inner", len(steps)).step)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    gc.callbacks.append(callback)
+    gc.set_threshold(1)
+    try:
+        for i in range(400):
+            verdict = guard.check("read", i % 7)
+            steps.append(verdict.step)
+            guard.observe(verdict, [i % 3])
+            steps.extend(v.step for v in guard.check_turn([("read", {"a": i}), ("read", 1)]))
+    finally:
+        gc.callbacks.remove(callback)
+        gc.set_threshold(700)
+    assert refused == [REENTERED] * len(refused)
+    assert sorted(steps) == list(range(1, guard.steps + 1)), "a step handed out twice"
+    assert len(guard.keys()) == len(guard) == 40
+    assert steps and (name == "reference" or not refused)
+    # The guard goes on, and a snapshot of it restores.
+    guard.check("after", 1)
+    type(guard).from_snapshot(guard.snapshot())
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_a_call_inside_a_call_on_one_thread(name: str) -> None:
+    isolated("scenario_gc_callback_checks_on_the_guard", name, timeout=30.0)
+
+
+def scenario_signal_handler_checks_on_the_guard(name: str) -> None:
+    """Issue 26, finding 4, as reported: a signal handler (an interval timer firing every
+    50 us) checks a call on the guard while the main thread checks and observes calls. The
+    handler runs between any two bytecodes of the reference, so some of its calls land in
+    the middle of a change: refused, never interleaved. No step is handed out twice."""
+    import signal
+
+    from tripwire._guard import REENTERED
+
+    guard = backend(name).Guard(window=40, nudge_at=40, stop_at=41)
+    steps: list[int] = []
+    refused: list[str] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            steps.append(guard.check("from_handler", len(steps)).step)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+    try:
+        for i in range(20_000):
+            verdict = guard.check("main", i % 9)
+            steps.append(verdict.step)
+            guard.observe(verdict, [i % 4])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert refused == [REENTERED] * len(refused)
+    assert sorted(steps) == list(range(1, guard.steps + 1)), "a step handed out twice"
+    assert name == "reference" or not refused
+    print(f"{len(steps)} steps, {len(refused)} refused")
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="no setitimer")
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_a_signal_handler_checking_on_the_guard(name: str) -> None:
+    isolated("scenario_signal_handler_checks_on_the_guard", name, timeout=60.0)
+
+
 class CallsBack:
     """A result whose finaliser asks the guard something, as a logging hook might."""
 

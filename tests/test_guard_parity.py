@@ -609,3 +609,64 @@ def test_verbatim_keys_agree(args: Any, as_text: bool) -> None:
         assert got[0][1].invalid_arguments == got[1][1].invalid_arguments
     else:
         assert got[0][0] == got[1][0]
+
+
+# Content blocks' "type" as JSON (and SDKs) may have it: the text block types, others, and
+# values that are no str at all (JSON Schema's lists, GraphQL's objects, numbers, null).
+_BLOCK_TYPES = st.one_of(
+    st.sampled_from(["text", "input_text", "output_text", "image", "tool_use", "tool_result"]),
+    json_values(max_leaves=3),
+)
+_RESULTS = st.one_of(
+    json_values(max_leaves=6),
+    json_values(max_leaves=6).map(lambda v: json.dumps(v) if _dumpable(v) else "x"),
+    st.lists(
+        st.fixed_dictionaries(
+            {"type": _BLOCK_TYPES},
+            optional={"text": st.one_of(st.sampled_from(["ok", "[]", "Error: x", ""]), st.text())},
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.fixed_dictionaries(
+        {"type": _BLOCK_TYPES},
+        optional={
+            "content": json_values(max_leaves=3),
+            "role": _BLOCK_TYPES,
+            "is_error": json_values(max_leaves=1),
+            "status": _BLOCK_TYPES,
+            "tool_call_id": st.just("c"),
+        },
+    ),
+)
+
+
+def _dumpable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+@settings(max_examples=300 * _scale(), deadline=None, suppress_health_check=list(HealthCheck))
+@hypothesis_given(
+    results=st.lists(_RESULTS, min_size=1, max_size=6),
+    errors=st.lists(st.sampled_from([None, None, None, True, False, "boom"]), min_size=6),
+    tools=st.sampled_from([None, {"t": "read"}, {"t": {"policy": "read", "empty": ["none"]}}]),
+)
+def test_results_are_read_alike(results: list[Any], errors: list[Any], tools: Any) -> None:
+    """Issue 26: one result reader. Whatever a result holds (content blocks whose "type" is
+    anything JSON allows, envelopes whose role or status is no str), the native guard's fast
+    path and the reference read it alike: the same verdicts, the same state, byte for byte."""
+    assert NATIVE is not None
+    runs = []
+    for module in (NATIVE, REFERENCE):
+        guard = module.Guard(tools=tools)
+        seen = []
+        for result, error in zip(results, errors, strict=False):
+            verdict = guard.check("t", 1)
+            guard.observe(verdict, result, error=error)
+            seen.append(tuple(getattr(verdict, name) for name in VERDICT_FIELDS))
+        runs.append((seen, guard.snapshot()))
+    assert runs[0] == runs[1]

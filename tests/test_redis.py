@@ -13,10 +13,14 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
+import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +33,7 @@ from hypothesis import strategies as st
 redis = pytest.importorskip("redis")
 from tripwire.redis import (  # noqa: E402
     AsyncRedisGuard,
+    GuardStateError,
     GuardUnavailable,
     RedisGuard,
     Unguarded,
@@ -39,7 +44,29 @@ pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is no
 
 
 # Loopback only, no persistence (a test's data goes with the process).
-SERVER_FLAGS = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no")
+SERVER_FLAGS: tuple[str, ...] = (
+    "--bind",
+    "127.0.0.1",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--protected-mode",
+    "no",
+)
+
+
+def _major_version() -> int:
+    assert REDIS_SERVER is not None
+    text = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"v=(\d+)\.", text)
+    return int(found.group(1)) if found else 0
+
+
+# DEBUG (SLEEP) from loopback: a server that is slow, not gone. Redis 7 asks for it to be
+# enabled (and before 7 it was always on, and the option unknown).
+if REDIS_SERVER is not None and _major_version() >= 7:
+    SERVER_FLAGS += ("--enable-debug-command", "local")
 
 
 class Server:
@@ -206,6 +233,7 @@ def test_the_async_twin_gives_the_same_verdicts(server: Server) -> None:
         verdicts.append(await guard.check("get_logs", ARGS[0], call_id="r"))
         verdicts.append(await guard.check("get_logs", ARGS[0], call_id="r"))
         steps.append(await guard.steps())
+        await guard.aclose()
         await client.aclose()
         return verdicts
 
@@ -310,3 +338,261 @@ def test_a_dead_server_is_a_clear_error_or_an_unguarded_allow_and_the_run_goes_o
         assert allowing.check("get_logs", {"a": 1}).action == "nudge"
     finally:
         server.kill()
+
+
+# -- a server that does not answer, or answers late (issue 26) ------------------------------
+
+
+class Silent:
+    """A TCP server on loopback that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(64)
+        self.port = self.socket.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)
+
+    def close(self) -> None:
+        self.socket.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[Silent]:
+    server = Silent()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("on_error", ["raise", "allow"])
+def test_a_client_you_built_is_bounded_by_the_guards_timeout(silent: Silent, on_error: str) -> None:
+    """Issue 26, finding 7: a client built with redis-py's defaults (5 s a read, retried ten
+    times: about a minute against a server that never answers) is used through the guard's
+    own pool, bounded by ``timeout`` and without retries. The client stays the user's."""
+    client = redis.Redis(host="127.0.0.1", port=silent.port)
+    guard = RedisGuard(client, run_id(), timeout=0.2, on_error=on_error)  # type: ignore[arg-type]
+    started = time.monotonic()
+    if on_error == "raise":
+        with pytest.raises(GuardUnavailable, match="may have been counted"):
+            guard.check("get_logs", {"a": 1}, call_id="c1")
+    else:
+        verdict = guard.check("get_logs", {"a": 1}, call_id="c1")
+        assert isinstance(verdict, Unguarded) and "Timeout" in verdict.error
+    assert time.monotonic() - started < 5, "the guard's timeout, not the client's minute"
+    assert guard.client is not client
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 5
+    guard.close()
+    client.close()
+
+
+def test_timeout_none_keeps_the_client_as_it_is(server: Server) -> None:
+    client = redis.Redis.from_url(server.url, socket_timeout=3)
+    guard = RedisGuard(client, run_id(), timeout=None)
+    assert guard.client is client
+    assert guard.check("get_logs", {"a": 1}).step == 1
+    client.close()
+
+
+def test_a_client_that_decodes_replies_is_used_through_one_that_does_not(
+    server: Server,
+) -> None:
+    """The run's state is bytes: a client built with ``decode_responses=True`` failed on
+    the first check (UnicodeDecodeError); the guard's own pool does not decode."""
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    guard = RedisGuard(client, run_id())
+    assert [guard.check("get_logs", {"a": 1}).action for _ in range(2)] == ["allow", "nudge"]
+    assert guard.steps == 2
+    assert (
+        client.get("absent") is None
+        and client.connection_pool.connection_kwargs["decode_responses"]
+    )
+    guard.close()
+    client.close()
+
+
+def _sleep(url: str, seconds: float) -> threading.Thread:
+    """Puts the server to sleep for ``seconds`` (``DEBUG SLEEP``), from a thread; returns
+    once it sleeps (a ping with a short timeout times out)."""
+    sleeper = redis.Redis.from_url(url)
+    try:
+        sleeper.execute_command("DEBUG", "SLEEP", 0)
+    except redis.ResponseError as exc:
+        pytest.skip(f"this redis-server refuses DEBUG SLEEP: {exc}")
+    thread = threading.Thread(target=sleeper.execute_command, args=("DEBUG", "SLEEP", seconds))
+    thread.start()
+    probe = redis.Redis.from_url(url, socket_timeout=0.05, retry=None)
+    for _ in range(200):
+        try:
+            probe.ping()
+        except redis.TimeoutError:
+            break
+        time.sleep(0.005)
+    else:
+        raise AssertionError("the server did not go to sleep")
+    probe.close()
+    return thread
+
+
+@pytest.mark.parametrize("on_error", ["raise", "allow"])
+def test_a_retry_after_a_timeout_gets_the_first_answer(
+    server: Server, client: Any, on_error: str
+) -> None:
+    """Issue 26, finding 8, against a real server that sleeps (``DEBUG SLEEP``): the check
+    times out, but its write was sent and runs when the server wakes, so the call was
+    counted (at-least-once). The harness retries it with the same call id: it gets the
+    verdict the first try was given (step 2, allowed), not a repeat's nudge; and the run
+    goes on as a guard that saw each call once."""
+    run = run_id()
+    user_client = redis.Redis.from_url(server.url)
+    guard = RedisGuard(user_client, run, timeout=0.2, on_error=on_error)  # type: ignore[arg-type]
+    local = tripwire.Guard()
+    same(
+        guard.check("deploy", {"v": 1}, call_id="c0"), local.check("deploy", {"v": 1}, call_id="c0")
+    )
+    version = client.get(guard.key)[:8]
+    sleeper = _sleep(server.url, 1.0)
+    if on_error == "raise":
+        with pytest.raises(GuardUnavailable, match="retry it with the same call_id"):
+            guard.check("search", {"q": "x"}, call_id="c1")
+    else:
+        assert isinstance(guard.check("search", {"q": "x"}, call_id="c1"), Unguarded)
+    sleeper.join()
+    for _ in range(400):  # the sleeping server's first act: the timed-out write
+        if client.get(guard.key)[:8] != version:
+            break
+        time.sleep(0.005)
+    first = local.check("search", {"q": "x"}, call_id="c1")
+    retried = guard.check("search", {"q": "x"}, call_id="c1")
+    same(retried, first)
+    assert (retried.action, retried.step) == ("allow", 2)
+    same(guard.check("search", {"q": "y"}), local.check("search", {"q": "y"}))
+    assert guard.snapshot() == local.snapshot()
+    guard.close()
+    user_client.close()
+
+
+# -- a state that is not this guard's (issue 26, finding 9) ----------------------------------
+
+
+@pytest.mark.parametrize("cause", ["another-configuration", "corrupt"])
+def test_a_foreign_state_follows_on_error_and_says_how_to_recover(
+    server: Server, client: Any, cause: str
+) -> None:
+    run = run_id()
+    first = RedisGuard(server.url, run, window=12)
+    first.check("get_logs", {"a": 1})
+    if cause == "corrupt":
+        client.set(first.key, b"\x00" * 8 + b"not a snapshot")
+    raising = RedisGuard(server.url, run, window=6)
+    allowing = RedisGuard(server.url, run, window=6, on_error="allow")
+    with pytest.raises(GuardStateError, match=r"redis-cli DEL 'tripwire:\{run-") as raised:
+        raising.check("get_logs", {"a": 1})
+    assert isinstance(raised.value, tripwire.SnapshotError)
+    assert "another run_id" in str(raised.value) and "same configuration" in str(raised.value)
+    verdict = allowing.check("get_logs", {"a": 1}, call_id="c")
+    assert isinstance(verdict, Unguarded) and "GuardStateError" in verdict.error
+    allowing.observe(verdict, "ok")  # ignored
+    allowing.user_message()  # dropped
+    with pytest.raises(GuardStateError):
+        _ = allowing.steps  # inspection always raises
+    # The recovery the message names: the run starts afresh.
+    client.delete(first.key)
+    assert raising.check("get_logs", {"a": 1}).step == 1
+    assert allowing.check("get_logs", {"a": 1}).action == "nudge"
+
+
+# -- options (issue 26, finding 10) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"timeout": 0}, ValueError),
+        ({"timeout": -1}, ValueError),
+        ({"timeout": float("nan")}, ValueError),
+        ({"timeout": float("inf")}, ValueError),
+        ({"timeout": "1"}, TypeError),
+        ({"timeout": True}, TypeError),
+        ({"attempts": 0}, ValueError),
+        ({"attempts": -3}, ValueError),
+        ({"attempts": 1.5}, TypeError),
+        ({"attempts": True}, TypeError),
+        ({"ttl": float("inf")}, ValueError),
+        ({"ttl": float("nan")}, ValueError),
+        ({"ttl": 0}, ValueError),
+        ({"ttl": 1e300}, ValueError),
+        ({"ttl": "60"}, TypeError),
+    ],
+    ids=repr,
+)
+def test_options_are_checked_when_the_guard_is_made(
+    server: Server, options: dict[str, Any], error: type[Exception]
+) -> None:
+    name = next(iter(options))
+    with pytest.raises(error, match=name):
+        RedisGuard(server.url, run_id(), **options)
+    with pytest.raises(error, match=name):
+        AsyncRedisGuard(server.url, run_id(), **options)
+
+
+def test_the_async_guard_from_a_url_warns_of_nothing(server: Server) -> None:
+    """Issue 26, finding 10: AsyncRedisGuard(url) gave redis.asyncio a sync Retry, and it
+    warned about converting it."""
+
+    async def main() -> int:
+        guard = AsyncRedisGuard(server.url, run_id())
+        step = (await guard.check("get_logs", {"a": 1})).step
+        await guard.aclose()
+        return step
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert asyncio.run(main()) == 1
+
+
+_SIGNALLED = """
+import signal, sys
+from tripwire.redis import RedisGuard
+from tripwire._guard import REENTERED
+
+guard = RedisGuard({url!r}, {run!r})
+steps, refused = [], []
+
+def handler(signum, frame):
+    try:
+        steps.append(guard.check("from_handler", len(steps)).step)
+    except RuntimeError as exc:
+        assert str(exc) == REENTERED, exc
+        refused.append(1)
+
+signal.signal(signal.SIGALRM, handler)
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+for i in range(1500):
+    steps.append(guard.check("main", i % 9).step)
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+assert sorted(steps) == list(range(1, guard.steps + 1)), "a step handed out twice"
+print(len(steps), len(refused))
+"""
+
+
+def test_a_signal_handler_using_the_guard_is_refused_not_deadlocked(server: Server) -> None:
+    """Issue 26, finding 4, for RedisGuard: its lock was not re-entrant, so a signal handler
+    that checks a call while a check runs on the same thread waited on itself for ever. It
+    now gets a clear RuntimeError (nothing counted), or runs whole between two calls."""
+    code = _SIGNALLED.format(url=server.url, run=run_id())
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr[-3000:]
+    steps, refused = map(int, child.stdout.split())
+    assert steps > 1500 and refused > 0

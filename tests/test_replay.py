@@ -23,6 +23,7 @@ from _traces import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tripwire._results import content_value
 from tripwire.replay import Prices, RunResult, Settings, render, replay, to_json, write_json
 from tripwire.replay import simulate as simulate_module
 from tripwire.testing import json_values
@@ -970,6 +971,139 @@ def test_no_input_raises(
     report = replay([str(path)])
     to_json(report)
     render(report)
+
+
+# A JSON integer longer than Python converts to an int (4,300 digits by default).
+LONG_NUMBER = "9" * 5_000
+
+
+def _long_int(digits: str) -> int | str:
+    """How replay reads a JSON integer: an int, or past Python's limit its digits."""
+    return int(digits) if len(digits.lstrip("-")) <= 4_300 else digits
+
+
+# Results as traces hold them: plain values, texts (JSON, errors), content lists whose
+# blocks' "type" is anything JSON allows (JSON Schema's ["string", "null"], GraphQL's {}).
+_BLOCK_TYPES = st.one_of(
+    st.sampled_from(["text", "output_text", "image", "tool_use"]),
+    st.just(["string", "null"]),
+    st.just({"kind": "OBJECT"}),
+    st.integers(0, 3),
+    st.none(),
+)
+_RESULT_JSON = st.one_of(
+    json_values(max_leaves=4).map(json.dumps),
+    st.sampled_from(["a", "b", "", "[]", "Error: boom", "timed out", "null"]).map(json.dumps),
+    st.lists(
+        st.fixed_dictionaries(
+            {"type": _BLOCK_TYPES, "text": st.sampled_from(["a", "b", "Error: x", "[]"])}
+        ),
+        min_size=1,
+        max_size=3,
+    ).map(json.dumps),
+    st.just(f"[{LONG_NUMBER}]"),
+    st.just(f"[-{LONG_NUMBER}1]"),
+)
+_ARGS_JSON = st.one_of(
+    st.sampled_from(['{"q": 1}', '{"q": 2}', "{}", "null", '"{\\"q\\": 1}"', '"not json"']),
+    st.just(f'{{"n": {LONG_NUMBER}}}'),
+    st.dictionaries(st.sampled_from(["q", "path", "n"]), json_values(max_leaves=2), max_size=2).map(
+        json.dumps
+    ),
+)
+
+
+# A run's calls, drawn from a few distinct ones so that loops (and stops) are common.
+_CALLS = st.lists(
+    st.tuples(st.sampled_from(["search", "read_file", "run"]), _ARGS_JSON, _RESULT_JSON),
+    min_size=1,
+    max_size=4,
+).flatmap(lambda pool: st.lists(st.sampled_from(pool), min_size=1, max_size=14))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(calls=_CALLS, chat=st.booleans())
+def test_replay_reads_what_the_trace_says(
+    tmp_path_factory: pytest.TempPathFactory, calls: list[tuple[str, str, str]], chat: bool
+) -> None:
+    """Issue 26: the replay of a trace is what a guard given the same calls and results
+    says, whatever the results hold (blocks whose "type" is a list or an object, numbers
+    longer than Python converts): same steps, nudges, stop and results read. As events
+    lines (arguments as values), and as one Chat Completions document (arguments as JSON
+    text, results as tool messages' content)."""
+    if chat:
+        path = tmp_path_factory.mktemp("fuzz") / "chat.json"
+        messages = ['{"role": "user", "content": "go"}']
+        for index, (tool, args, result) in enumerate(calls):
+            function = {"name": tool, "arguments": "ARGS"}
+            call = {"id": f"c{index}", "type": "function", "function": function}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            messages.append(json.dumps(message).replace('"ARGS"', json.dumps(args)))
+            messages.append(f'{{"role": "tool", "tool_call_id": "c{index}", "content": {result}}}')
+        path.write_text("[\n" + ",\n".join(messages) + "\n]\n", encoding="utf-8")
+    else:
+        path = tmp_path_factory.mktemp("fuzz") / "trace.jsonl"
+        lines = [
+            f'{{"run": "r", "tool": "{tool}", "args": {args}, "result": {result}}}\n'
+            for tool, args, result in calls
+        ]
+        path.write_text("".join(lines), encoding="utf-8")
+    report = replay([str(path)])
+    assert report.problems_total == 0
+    run = one(report)
+
+    guard = Settings().guard()
+    nudges: list[int] = []
+    stop: tripwire.Verdict | None = None
+    results = 0
+    for tool, args_text, result_text in calls:
+        if chat:
+            verdict = guard.check_json(tool, args_text)
+        else:
+            args = json.loads(args_text, parse_int=_long_int)
+            args = {} if args is None else args
+            is_text = type(args) is str
+            verdict = guard.check_json(tool, args) if is_text else guard.check(tool, args)
+        if verdict.action == "stop":
+            stop = verdict
+            break
+        results += 1
+        if verdict.action == "nudge":
+            nudges.append(verdict.step)
+        else:
+            guard.observe(verdict, content_value(json.loads(result_text, parse_int=_long_int)))
+    assert (run.nudges, run.nudge_step) == (len(nudges), nudges[0] if nudges else None)
+    assert (run.stop_step, run.reason, run.tool) == (
+        (stop.step, stop.reason, stop.tool) if stop else (None, None, None)
+    )
+    # Steps: every call of the trace (those after the stop too: the steps it saved).
+    assert (run.steps, run.results) == (len(calls), results)
+    assert stop is not None or run.stop_step is None
+
+
+@pytest.mark.parametrize("as_document", [False, True])
+def test_numbers_longer_than_python_converts_are_read(tmp_path: Path, as_document: bool) -> None:
+    """Issue 26: a JSON number of 5,000 digits is valid JSON; Python's int conversion
+    refuses it (``ValueError``, not a ``JSONDecodeError``). The trace is read, the number
+    kept as its digits, in a JSONL line and in a whole JSON document alike: the replay is
+    the one of the same trace with a short number in its place."""
+
+    def trace(number: str) -> str:
+        if as_document:
+            return json.dumps(openai_chat()).replace("{", f'{{"big": {number}, ', 1)
+        line = f'{{"run": "r", "tool": "t", "args": {{"n": {number}}}, "result": [-{number}]}}'
+        return "\n".join([line] * 4)
+
+    runs = []
+    for name, number in (("long", LONG_NUMBER), ("short", "7")):
+        path = tmp_path / (name + (".json" if as_document else ".jsonl"))
+        path.write_text(trace(number))
+        report = replay([str(path)])
+        assert report.problems_total == 0
+        run = one(report)
+        runs.append((run.nudge_step, run.stop_step, run.tool, run.steps, run.results))
+    assert runs[0] == runs[1]
+    assert runs[0][1] is not None  # both stopped: the calls were read
 
 
 def _is_json(text: str) -> bool:

@@ -8,6 +8,7 @@ leaves the guard as it was).
 
 from __future__ import annotations
 
+import copy
 import pickle
 import struct
 import zlib
@@ -67,6 +68,86 @@ def test_pickling_is_the_snapshot(impl: ModuleType) -> None:
 
 
 @requires_native
+def verdicts_of_every_kind(impl: ModuleType) -> list[Any]:
+    """Verdicts with each field set: call ids, a cached read, a duplicate in a turn, broken
+    JSON arguments, failures quoted, a nudge, a stop, and a call after the stop."""
+    guard = impl.Guard(tools=TOOLS, max_steps=40, nudge_at=3, stop_at=4)
+    kept = []
+    read = guard.check("get_logs", {"service": "checkout"}, call_id="r1")
+    guard.record(read, {"rows": [1, 2.5, None, "é\ud800"]})
+    kept += [read, guard.check("get_logs", {"service": "checkout"}, call_id="r2")]
+    kept += guard.check_turn([("ünï", "{broken", "e1"), ("ünï", "{broken", "e2")])
+    for i in range(4):
+        verdict = guard.check("deploy", {"n": i % 2}, call_id=f"d{i}")
+        guard.observe(verdict, None, error=ValueError("disk full \ud800"))
+        kept.append(verdict)
+    kept += [guard.check("get_logs", {"service": "x"}) for _ in range(3)]
+    kept += [guard.check("build", {"id": 1}) for _ in range(5)]
+    kept.append(guard.check("anything", 1, call_id="late"))
+    assert {v.action for v in kept} == {"allow", "nudge", "stop"}
+    assert any(v.cached is not None for v in kept)
+    return kept
+
+
+def test_verdicts_copy_and_pickle(impl: ModuleType) -> None:
+    """Issue 26, finding 5: a verdict can be copied and pickled (a fleet checks in one
+    worker and observes in another), and comes back equal: every field, its message and
+    repr; a deep copy's cached result is an equal copy (equality asks for the same object)."""
+    for verdict in verdicts_of_every_kind(impl):
+        assert copy.copy(verdict) == verdict
+        for twin in (copy.deepcopy(verdict), pickle.loads(pickle.dumps(verdict))):
+            assert type(twin) is type(verdict)
+            assert fields(twin) | {"cached": None} == fields(verdict) | {"cached": None}
+            assert twin.cached == verdict.cached
+            assert repr(twin) == repr(verdict)
+            if verdict.cached is None:
+                assert twin == verdict
+
+
+_WORKER = """
+import pickle, sys
+sys.path.insert(0, {tests!r})
+from _guards import backend
+tw = backend({name!r})
+snapshot, verdict, result = pickle.loads(sys.stdin.buffer.read())
+guard = tw.Guard.from_snapshot(snapshot)
+guard.observe(verdict, result)
+sys.stdout.buffer.write(pickle.dumps((guard.snapshot(), guard.check(verdict.tool, 1))))
+"""
+
+
+@pytest.mark.parametrize("name", ["native", "reference"])
+def test_a_verdict_checked_in_one_process_is_observed_in_another(name: str) -> None:
+    """Issue 26, finding 5, as a fleet does it: one worker checks a call and hands the
+    verdict and the guard's snapshot on; another restores the guard and observes the
+    call's result with that verdict. The run is the one a single guard would have had."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _guards import backend
+
+    tw = backend(name)
+    alone = tw.Guard(tools=TOOLS)
+    shared = tw.Guard(tools=TOOLS)
+    for args in (1, 2, 1):
+        kept = alone.check("get_logs", args, call_id="c")
+        alone.observe(kept, ["same rows"])
+        verdict = shared.check("get_logs", args, call_id="c")
+        code = _WORKER.format(tests=str(Path(__file__).parent), name=name)
+        child = subprocess.run(
+            [sys.executable, "-c", code],
+            input=pickle.dumps((shared.snapshot(), verdict, ["same rows"])),
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        snapshot, next_verdict = pickle.loads(child.stdout)
+        shared = tw.Guard.from_snapshot(snapshot)
+        assert snapshot == alone.snapshot()
+    assert fields(next_verdict) == fields(alone.check("get_logs", 1))
+
+
 def test_each_backend_restores_the_others_snapshots() -> None:
     assert NATIVE is not None
     native, reference = busy(NATIVE), busy(REFERENCE)

@@ -146,6 +146,14 @@ INFERRED_TOOLS: Final = 1024
 _ORDINALS: Final = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 
+# Why a call made from inside another on the same guard, in the same thread, is refused.
+REENTERED: Final = (
+    "tripwire: this guard is in the middle of a call in this thread (a signal handler, a "
+    "finaliser or a gc callback called it again before that call returned); nothing was "
+    "counted: make the call after the first one returns, or give the callback its own guard"
+)
+
+
 def _ordinal(n: int) -> str:
     return _ORDINALS[n - 1] if 1 <= n <= len(_ORDINALS) else f"{n}th"
 
@@ -392,6 +400,25 @@ class Verdict:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle and ``copy`` (a fleet checks in one worker and observes in another):
+        rebuilt through ``__init__``, as ``__setattr__`` refuses pickle's default way."""
+        return _verdict, (
+            self.action,
+            self.reason,
+            self.tool,
+            self.key,
+            self.repeats,
+            self.step,
+            self.cached,
+            self.call_id,
+            self.duplicate_of,
+            self.invalid_arguments,
+            self._window,
+            self._budget,
+            self._detail,
+        )
+
     def _replace(self, **changes: Any) -> Verdict:
         fields: dict[str, Any] = {
             "cached": self.cached,
@@ -419,6 +446,39 @@ class Verdict:
             f"Verdict(action={self.action!r}{extra}, tool={self.tool!r}, key={self.key!r}, "
             f"repeats={self.repeats}, step={self.step})"
         )
+
+
+def _verdict(
+    action: Action,
+    reason: Reason | None,
+    tool: str,
+    key: str,
+    repeats: int,
+    step: int,
+    cached: Any,
+    call_id: str | None,
+    duplicate_of: int | None,
+    invalid_arguments: str | None,
+    window: int,
+    budget: int | None,
+    detail: Detail,
+) -> Verdict:
+    """A verdict from the fields ``Verdict.__reduce__`` gives pickle."""
+    return Verdict(
+        action,
+        reason,
+        tool,
+        key,
+        repeats,
+        step,
+        cached=cached,
+        call_id=call_id,
+        duplicate_of=duplicate_of,
+        invalid_arguments=invalid_arguments,
+        window=window,
+        budget=budget,
+        detail=detail,
+    )
 
 
 class _Entry:
@@ -528,9 +588,12 @@ class Guard:
         self._definitions = check_definitions(definitions)
         self._inferred: dict[str, ToolPolicy | None] = {}
         # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
-        # use this guard from the same thread (a Python lock, unlike the native one, lets
-        # other threads run while it waits, so threads cannot deadlock on it).
+        # look at this guard from the same thread (a Python lock, unlike the native one, lets
+        # other threads run while it waits, so threads cannot deadlock on it). A callback
+        # that would change the run while a change is half made is refused (``_locked``).
         self._lock = threading.RLock()
+        # A change to the run is under way (in the thread that holds the lock).
+        self._busy = False
         # Objects the state lets go of while the lock is held. Dropping one can run Python
         # code (a finaliser) that uses this guard again, so they are dropped after release.
         self._released: list[Any] = []
@@ -540,8 +603,21 @@ class Guard:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        """The lock, for a change to the run (or a read of all of it, a snapshot). Python
+        code can run in the middle of one in the same thread (a signal handler, a gc
+        callback, a finaliser: between any two bytecodes), and the RLock lets it in: a
+        change it made there would interleave with the half-made one (a step handed out
+        twice, the window changed under an iteration). So it is refused, with nothing
+        changed; the native guard, which runs no Python code while locked, never meets it.
+        Reading (``keys``, ``steps``, ``stopped``, ``policy_of``) is always allowed."""
         with self._lock:
-            yield
+            if self._busy:
+                raise RuntimeError(REENTERED)
+            self._busy = True
+            try:
+                yield
+            finally:
+                self._busy = False
             released, self._released = self._released, []
         del released
 
@@ -580,7 +656,7 @@ class Guard:
         unknown kind."""
         if not isinstance(name, str):
             raise TypeError(f"tool name must be a str, not {type(name).__name__}")
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(_exact(name))
         if policy is None:
             return None, None
@@ -600,7 +676,7 @@ class Guard:
         arguments given as JSON ``text`` that do not parse (then the raw text keys the call).
         Raises for a bad call, before anything changes."""
         name = _exact(check_name(name))
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(name)
         keep = policy is not None and policy.whitespace == "keep"
         if not text:
@@ -1012,7 +1088,7 @@ class Guard:
             raise TypeError(f"transient must be a bool or None, not {type(transient).__name__}")
         if verdict.action != "allow":
             return
-        with self._locked():
+        with self._lock:  # a read (an inferred policy is remembered, atomically)
             policy = self._policy(verdict.tool)
         digest, empty, failed, is_transient, text = describe_result(
             result, error, transient, policy

@@ -41,6 +41,22 @@ _MCP_FIELDS: Final = frozenset({"isError", "structuredContent", "is_error", "str
 ERROR_TEXT_CHARS: Final = 200
 
 
+def _named(kind: Any, names: frozenset[str]) -> bool:
+    """Whether an envelope field (a block's ``"type"``, a message's ``"role"``) is one of
+    ``names``: a str with those characters. Anything else (a JSON Schema's ``["string",
+    "null"]``, a GraphQL ``{...}``, an object whose ``==`` raises or lies) names nothing:
+    nothing a result holds can raise here, and a str subclass is read by its characters,
+    never by what its ``__eq__`` or ``__hash__`` says. The native guard's fast path
+    (``plain_result`` in ``py_guard.rs``) reads ``"type"`` the same way."""
+    return isinstance(kind, str) and str.__str__(kind) in names
+
+
+_TOOL_RESULT: Final = frozenset({"tool_result"})
+_FUNCTION_CALL_OUTPUT: Final = frozenset({"function_call_output"})
+_TOOL: Final = frozenset({"tool"})
+_ERROR: Final = frozenset({"error"})
+
+
 def content_value(raw: Any) -> Any:
     """A result's content as the tool returned it, as far as the harness tells: a list of
     content blocks that are all text is their text, joined by newlines; a text that is a JSON
@@ -49,7 +65,7 @@ def content_value(raw: Any) -> Any:
     if type(raw) is list and raw:
         texts = []
         for block in raw:
-            if type(block) is not dict or block.get("type") not in _TEXT_BLOCKS:
+            if type(block) is not dict or not _named(block.get("type"), _TEXT_BLOCKS):
                 return raw
             text = block.get("text")
             if type(text) is not str:
@@ -91,14 +107,14 @@ def unwrap(result: Any) -> tuple[Any, bool | None]:
     if type(result) is not dict:
         return content_value(result), None
     kind = result.get("type")
-    if kind == "tool_result" or "tool_use_id" in result:
+    if _named(kind, _TOOL_RESULT) or "tool_use_id" in result:
         # Anthropic / Claude Code tool_result block.
         return content_value(result.get("content")), _flag(result.get("is_error"))
-    if kind == "function_call_output":
+    if _named(kind, _FUNCTION_CALL_OUTPUT):
         return content_value(result.get("output")), None
-    if result.get("role") == "tool" or kind == "tool" or "tool_call_id" in result:
+    if _named(result.get("role"), _TOOL) or _named(kind, _TOOL) or "tool_call_id" in result:
         # Chat tool message, or a LangChain ToolMessage (its ids never count).
-        return content_value(result.get("content")), result.get("status") == "error" or None
+        return content_value(result.get("content")), _named(result.get("status"), _ERROR) or None
     if "content" in result and not _MCP_FIELDS.isdisjoint(result):
         # MCP CallToolResult: the structured content is the answer where there is one. Its
         # dict form has the wire's names, or the Python SDK's (``model_dump()`` of mcp 2).
@@ -123,8 +139,9 @@ def _dumped(dump: Callable[..., Any]) -> Any:
 
 
 def _error_text(value: Any) -> str:
+    # str.split, not value.split: a str subclass's own could raise or lie.
     text = value if isinstance(value, str) else _safe_repr(value)
-    text = " ".join(text.split())
+    text = " ".join(str.split(text))
     if len(text) > ERROR_TEXT_CHARS:
         text = text[: ERROR_TEXT_CHARS - 1] + "…"
     return text
@@ -137,11 +154,12 @@ def _safe_repr(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _safe_str(value: Any) -> str:
+def _safe_str(value: Any, broken: str | None = None) -> str:
+    """``str(value)``, or (where that raises) ``broken``, by default the type's name."""
     try:
         return str(value)
     except Exception:
-        return f"<{type(value).__name__}>"
+        return f"<{type(value).__name__}>" if broken is None else broken
 
 
 # ``call_key`` of either backend (which also takes ``volatile_keys=``).
@@ -155,36 +173,61 @@ def digest(
     volatile_keys: frozenset[str] | None = None,
 ) -> str | None:
     """The key of a value, or ``None`` where it cannot be keyed (nested too deep, an int too
-    long to print, a type JSON cannot write): the guard then knows only that the call ran,
-    and says nothing about whether its result changed. ``key``: the backend's ``call_key``
-    (the native guard passes its own; the keys are equal, the native one is faster);
-    ``volatile_keys``: the dict keys dropped at any depth (``None``: the default ones)."""
+    long to print, a type JSON cannot write, an object whose methods raise): the guard then
+    knows only that the call ran, and says nothing about whether its result changed.
+    ``key``: the backend's ``call_key`` (the native guard passes its own; the keys are
+    equal, the native one is faster); ``volatile_keys``: the dict keys dropped at any depth
+    (``None``: the default ones). Any ``Exception`` of the result's own is caught (a result
+    is never raised); ``KeyboardInterrupt`` and the like go through."""
     try:
         if volatile_keys is None:
             return key(name, value)
         return key(name, value, volatile_keys=volatile_keys)
-    except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
+    except Exception:
         return None
 
 
 def _is_empty(value: Any) -> bool:
+    # The base types' own methods: a subclass's ``__len__`` or ``split`` could raise or lie.
     if value is None:
         return True
     if isinstance(value, str):
-        return not value.split()
-    if isinstance(value, (list, dict, tuple)):
-        return len(value) == 0
+        return not str.split(value)
+    if isinstance(value, list):
+        return list.__len__(value) == 0
+    if isinstance(value, dict):
+        return dict.__len__(value) == 0
+    if isinstance(value, tuple):
+        return tuple.__len__(value) == 0
     return False
+
+
+Description = tuple[str | None, bool, bool, bool, str | None]
+# What a result that cannot be read at all says: nothing (as if it had not been observed).
+_UNKNOWN: Final[Description] = (None, False, False, False, None)
 
 
 def describe_result(
     result: Any, error: Any, transient: bool | None, policy: Any, key: KeyFunction = call_key
-) -> tuple[str | None, bool, bool, bool, str | None]:
+) -> Description:
     """``(digest, empty, failed, transient, error_text)`` of one result, as ``observe`` was
     told it. ``digest`` is ``None`` where the result cannot be keyed; equal digests mean equal
     results (a failure's digest is its error text's, so it never equals a success's). A
     policy's ``volatile_result_keys`` are dropped from the result at any depth before it is
-    digested, as the default volatile keys always are."""
+    digested, as the default volatile keys always are.
+
+    Never raises an ``Exception`` (a result is never raised): a result whose own methods
+    raise while it is read (a ``__len__``, an ``__eq__``, a ``__getattr__``) is taken as
+    unknown. ``KeyboardInterrupt`` and ``SystemExit`` go through."""
+    try:
+        return _describe(result, error, transient, policy, key)
+    except Exception:
+        return _UNKNOWN
+
+
+def _describe(
+    result: Any, error: Any, transient: bool | None, policy: Any, key: KeyFunction
+) -> Description:
     volatile = None if policy is None else policy.result_volatile
     if policy is not None and policy.kind == "shell":
         return _shell_outcome(result, error, transient, key, volatile)
@@ -200,14 +243,13 @@ def describe_result(
             and (
                 not result
                 or type(result[0]) is not dict
-                or result[0].get("type") not in _TEXT_BLOCKS
+                or not _named(result[0].get("type"), _TEXT_BLOCKS)
             )
         ) or (kind is str and result[:1] not in _NOT_PLAIN_TEXT and not result[:1].isspace())
         if plain:
-            try:
-                found: str | None = key("result", result)
-            except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
-                return None, False, False, False, None
+            found = digest("result", result, key)
+            if found is None:
+                return _UNKNOWN
             return found, not result, False, False, None
     value, flagged = unwrap(result)
     if error is None or error is True:
@@ -220,7 +262,7 @@ def describe_result(
     else:
         failed = True
         if isinstance(error, BaseException):
-            message = str(error)
+            message = _safe_str(error, "")
             text = _error_text(
                 f"{type(error).__name__}: {message}" if message else type(error).__name__
             )

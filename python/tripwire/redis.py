@@ -11,23 +11,36 @@ braces are a Redis Cluster hash tag), and expires ``ttl`` seconds after the run'
 The call-id memory is part of the state, so a retried delivery gets its first answer from
 any worker. Cached read results are kept only where they are JSON values.
 
-When Redis cannot be reached (refused, reset, timed out):
+When Redis cannot be reached (refused, reset, timed out), or the run's state there is not
+this guard's (written by a worker whose guard has another configuration, or corrupt):
 
 - ``on_error="raise"`` (the default): ``GuardUnavailable`` (a ``ConnectionError``) naming
-  the server and the cause. Nothing was counted.
+  the server and the cause, or ``GuardStateError`` (a ``SnapshotError``, so a
+  ``ValueError``) saying how to recover: delete the run's key, use another run id, or give
+  every worker the same configuration.
 - ``on_error="allow"``: the call goes ahead. ``check`` returns an ``Unguarded`` verdict:
   ``action == "allow"``, ``step == 0`` and ``repeats == 0`` (which no consulted verdict
   has), ``consulted`` False and ``error`` the cause, with the call's own tool, key and call
-  id. It is counted nowhere, and ``observe``/``record`` ignore it; ``observe``,
-  ``record``, ``user_message`` and ``reset`` are dropped while Redis is away. Each outage is
-  logged once (warning, logger ``tripwire.redis``), and its end too.
+  id. ``observe``/``record`` ignore it; ``observe``, ``record``, ``user_message`` and
+  ``reset`` are dropped while the guard cannot be consulted. Each outage is logged once
+  (warning, logger ``tripwire.redis``), and its end too.
 
-A client without socket timeouts gets ``timeout`` (default 1 s) for connecting and reading,
-so that no call hangs; a URL given instead of a client makes one that also does not retry
-(redis-py's default retries a refused connection ten times, for seconds). Inspection
-(``steps``, ``stopped``, ``keys()``, ``len``) always raises when Redis cannot be reached.
-Redis without persistence loses its runs when it restarts: a run then goes on from an empty
-state (its steps counted from 1 again).
+Delivery is at-least-once. A call that timed out may still have been counted: its write
+was sent, and a server that was only slow runs it when it wakes. A call with a ``call_id``
+is idempotent: a retry with the same id (from any worker) gets the first answer, the
+verdict the timed-out call was given, not a repeat's. A call without one, retried, is
+counted again (as a repeat) if the first write landed.
+
+``timeout`` (default 1 s) bounds every call: a URL makes a client with it for connecting and
+reading, and no retries (redis-py's default retries ten times, for seconds); a client you
+built is used through a pool of the guard's own to the same server, with the same connection
+settings but reads and connects bounded by ``timeout`` and no retries (``close()`` or
+``aclose()`` closes it; it does not decode replies, whatever yours does). ``timeout=None``:
+your client as it is, with its own timeouts and retries (also what a client without a
+connection pool, a cluster client, gets); it must not decode replies.
+Inspection (``steps``, ``stopped``, ``keys()``, ``len``) always raises when the guard cannot
+be consulted. Redis without persistence loses its runs when it restarts: a run then goes on
+from an empty state (its steps counted from 1 again).
 
 ``AsyncRedisGuard`` is the same for ``redis.asyncio`` clients, its methods coroutines.
 """
@@ -36,16 +49,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, Literal, TypeVar
 
 try:
     import redis
     import redis.asyncio
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - only without the extra
@@ -54,8 +70,17 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 import tripwire
+from tripwire._guard import REENTERED
+from tripwire._snapshot import SnapshotError
 
-__all__ = ("AsyncRedisGuard", "GuardContention", "GuardUnavailable", "RedisGuard", "Unguarded")
+__all__ = (
+    "AsyncRedisGuard",
+    "GuardContention",
+    "GuardStateError",
+    "GuardUnavailable",
+    "RedisGuard",
+    "Unguarded",
+)
 
 log = logging.getLogger("tripwire.redis")
 
@@ -93,7 +118,13 @@ _UNREACHABLE: Final = (redis.ConnectionError, redis.TimeoutError, ConnectionErro
 
 
 class GuardUnavailable(ConnectionError):
-    """Redis could not be reached, so the guard was not consulted (``on_error="raise"``)."""
+    """Redis could not be reached, so the guard was not consulted (``on_error="raise"``).
+    A call that timed out may still have been counted (see the module: at-least-once)."""
+
+
+class GuardStateError(SnapshotError):
+    """The run's state in Redis is not this guard's: written by a guard with another
+    configuration, or corrupt (``on_error="raise"``). Nothing was counted."""
 
 
 class GuardContention(RuntimeError):
@@ -139,23 +170,78 @@ def _server(client: Any) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def _bounded(client: Any, timeout: float, asynchronous: bool) -> Any:
-    """The client, with socket timeouts where it had none; a URL makes a client that does
-    not retry either (the guard's caller decides what an outage means)."""
+# Connection settings a pool makes for itself (bound to that pool, or the originals it
+# remembers when it relaxes timeouts), not to be handed to another pool.
+_POOL_OWN: Final = frozenset({"maint_notifications_pool_handler"})
+
+
+def _no_retry(asynchronous: bool) -> Any:
+    return AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
+
+
+def _bounded(client: Any, timeout: float | None, asynchronous: bool) -> tuple[Any, Any]:
+    """The client the guard talks through, and the pool it made (for ``close``), if any.
+
+    A URL makes a client bounded by ``timeout``, that does not retry (the guard's caller
+    decides what an outage means). A client with a connection pool is used through a pool
+    of the guard's own, with its connection class and settings, reads and connects bounded
+    by ``timeout`` and no retries: its own settings (redis-py's default is 5 s, retried ten
+    times) would otherwise decide how long a check may hang. Any other client, or
+    ``timeout=None``: as it is."""
+    module = redis.asyncio if asynchronous else redis
     if isinstance(client, str):
-        module = redis.asyncio if asynchronous else redis
-        return module.Redis.from_url(
+        made = module.Redis.from_url(
             client,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
+            retry=_no_retry(asynchronous),
         )
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
-    if isinstance(kwargs, dict):
-        for name in ("socket_timeout", "socket_connect_timeout"):
-            if kwargs.get(name) is None:
-                kwargs[name] = timeout
-    return client
+        return made, made.connection_pool
+    pool: Any = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if timeout is None or not isinstance(kwargs, dict):
+        return client, None
+    settings = {
+        name: value
+        for name, value in kwargs.items()
+        if name not in _POOL_OWN and not name.startswith("orig_")
+    }
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        given = settings.get(name)
+        settings[name] = timeout if given is None else min(given, timeout)
+    settings["retry"] = _no_retry(asynchronous)
+    # The state is bytes: a client that decodes replies to str cannot carry it.
+    settings["decode_responses"] = False
+    try:
+        own = module.ConnectionPool(connection_class=pool.connection_class, **settings)
+    except (TypeError, ValueError) as exc:
+        log.warning(
+            "tripwire: cannot bound the timeouts of %r (%s); its own settings apply",
+            client,
+            exc,
+        )
+        return client, None
+    return module.Redis(connection_pool=own), own
+
+
+def _options(ttl: object, timeout: object, attempts: object) -> None:
+    """Raises ``TypeError`` or ``ValueError`` for options that would fail late or oddly."""
+
+    def number(name: str, value: object, optional: bool) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+        # Redis takes expiries in whole ms up to about 2**62; 2**53 ms is 285,000 years.
+        if not (math.isfinite(value) and 0 < value <= 2**53 / 1000):
+            raise ValueError(f"{name} must be a positive, finite number of seconds, not {value!r}")
+
+    number("ttl", ttl, False)
+    number("timeout", timeout, True)
+    if isinstance(attempts, bool) or not isinstance(attempts, int):
+        raise TypeError(f"attempts must be an int, not {type(attempts).__name__}")
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 class _Base:
@@ -176,7 +262,7 @@ class _Base:
         on_error: Literal["raise", "allow"] = "raise",
         infer: bool | None = None,
         definitions: Iterable[Any] | None = None,
-        timeout: float = 1.0,
+        timeout: float | None = 1.0,
         attempts: int = 256,
         asynchronous: bool = False,
     ) -> None:
@@ -184,8 +270,7 @@ class _Base:
             raise TypeError("run_id must be a non-empty str")
         if on_error not in ("raise", "allow"):
             raise ValueError(f"on_error must be 'raise' or 'allow', not {on_error!r}")
-        if not ttl > 0:
-            raise ValueError(f"ttl must be positive (seconds), not {ttl!r}")
+        _options(ttl, timeout, attempts)
         self._guard = tripwire.Guard(
             window=window,
             nudge_at=nudge_at,
@@ -196,7 +281,7 @@ class _Base:
             infer=infer,
             definitions=definitions,
         )
-        self.client = _bounded(client, timeout, asynchronous)
+        self.client, self._own_pool = _bounded(client, timeout, asynchronous)
         self.run_id = run_id
         self.key = f"tripwire:{{{run_id}}}"
         self._keys = [self.key, f"{self.key}:turn"]
@@ -215,7 +300,10 @@ class _Base:
         """``op`` on the local guard loaded with ``value``'s state; the new value."""
         guard = self._guard
         if value:
-            guard.load(value[8:])
+            try:
+                guard.load(value[8:])
+            except SnapshotError as exc:
+                raise self._foreign(exc) from exc
         else:
             guard.reset()
         result = op(guard)
@@ -244,15 +332,38 @@ class _Base:
             f"{self._attempts} attempts to decide"
         )
 
+    def _foreign(self, exc: SnapshotError) -> GuardStateError:
+        return GuardStateError(
+            f"tripwire: the state of run {self.run_id!r} in Redis at {_server(self.client)} "
+            f"is not this guard's ({exc}): a worker whose guard has another configuration "
+            "(window, thresholds, tools, volatile keys or definitions) wrote it, or it is "
+            "corrupt. Nothing was counted. To recover: give every worker of the run the same "
+            f"configuration, use another run_id, or delete the key (redis-cli DEL "
+            f"'{self.key}') to start the run's state afresh"
+        )
+
     def _unreachable(self, exc: BaseException) -> str:
         self._seen = None
         text = f"{type(exc).__name__}: {exc}"
-        message = (
-            f"tripwire: Redis at {_server(self.client)} is unreachable ({text}); "
-            "the guard was not consulted"
-        )
-        if self._on_error == "raise":
-            raise GuardUnavailable(message) from exc
+        if isinstance(exc, GuardStateError):
+            if self._on_error == "raise":
+                raise exc
+            message = str(exc)
+        else:
+            # A timeout may come after the write reached the server: at-least-once.
+            maybe = isinstance(exc, (redis.TimeoutError, TimeoutError))
+            message = (
+                f"tripwire: Redis at {_server(self.client)} is unreachable ({text}); the guard "
+                "was not consulted"
+                + (
+                    ", though the call may have been counted (a slow server still runs the "
+                    "write): retry it with the same call_id to get its first answer"
+                    if maybe
+                    else "; nothing was counted"
+                )
+            )
+            if self._on_error == "raise":
+                raise GuardUnavailable(message) from exc
         if not self._down:
             self._down = True
             log.warning("%s; allowing calls until it is back", message)
@@ -294,11 +405,25 @@ class RedisGuard(_Base):
 
     def __init__(self, client: Any, run_id: str, **options: Any) -> None:
         super().__init__(client, run_id, asynchronous=False, **options)
-        # The local guard and what this worker saw are one thread's at a time.
-        self._lock = threading.Lock()
+        # The local guard and what this worker saw are one thread's at a time. Re-entrant,
+        # with a flag: a signal handler (or gc callback) that uses the guard in the middle of
+        # a call on the same thread gets a clear RuntimeError, not a deadlock on itself.
+        self._rlock = threading.RLock()
+        self._busy = False
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        with self._rlock:
+            if self._busy:
+                raise RuntimeError(REENTERED)
+            self._busy = True
+            try:
+                yield
+            finally:
+                self._busy = False
 
     def _run(self, op: Callable[[Any], T], fallback: Callable[[str], T]) -> T:
-        with self._lock:
+        with self._lock():
             try:
                 value = self._seen
                 for attempt in range(self._attempts):
@@ -309,7 +434,7 @@ class RedisGuard(_Base):
                         return result
                     time.sleep(self._pause(attempt))
                 raise self._contention()
-            except _UNREACHABLE as exc:
+            except (*_UNREACHABLE, GuardStateError) as exc:
                 return fallback(self._unreachable(exc))
 
     def _read(self) -> Any:
@@ -362,26 +487,31 @@ class RedisGuard(_Base):
 
     @property
     def steps(self) -> int:
-        with self._lock:
+        with self._lock():
             return self._read().steps  # type: ignore[no-any-return]
 
     @property
     def stopped(self) -> bool:
-        with self._lock:
+        with self._lock():
             return self._read().stopped  # type: ignore[no-any-return]
 
     def keys(self) -> list[str]:
-        with self._lock:
+        with self._lock():
             return self._read().keys()  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._lock():
             return len(self._read())
 
     def snapshot(self, *, state_only: bool = False) -> bytes:
         """The run's guard as ``Guard.snapshot`` writes it (to debug, or to move a run)."""
-        with self._lock:
+        with self._lock():
             return self._read().snapshot(state_only=state_only)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Closes the connections the guard made (a client you gave stays open)."""
+        if self._own_pool is not None:
+            self._own_pool.disconnect()
 
 
 def _none(error: str) -> None:
@@ -407,7 +537,7 @@ class AsyncRedisGuard(_Base):
                         return result
                     await asyncio.sleep(self._pause(attempt))
                 raise self._contention()
-            except _UNREACHABLE as exc:
+            except (*_UNREACHABLE, GuardStateError) as exc:
                 return fallback(self._unreachable(exc))
 
     async def _read(self) -> Any:
@@ -469,3 +599,8 @@ class AsyncRedisGuard(_Base):
         async with self._lock:
             guard = await self._read()
             return guard.snapshot(state_only=state_only)  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        """Closes the connections the guard made (a client you gave stays open)."""
+        if self._own_pool is not None:
+            await self._own_pool.disconnect()

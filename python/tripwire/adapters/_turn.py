@@ -10,6 +10,7 @@ and on a stop, every call the stop left pending with the stop's message.
 
 from __future__ import annotations
 
+import decimal
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,18 +32,35 @@ _to_json = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 def as_text(result: Any) -> str:
-    """A tool's result as the text a tool message carries."""
+    """A tool's result as the text a tool message carries. Never raises an ``Exception``:
+    whatever a tool returned, the model gets an answer to its call."""
     if type(result) is str:
         return result
-    if isinstance(result, (bytes, bytearray)):
-        return bytes(result).decode("utf-8", "replace")
-    dump = getattr(result, "model_dump", None)
-    if callable(dump):
-        result = dump(mode="json")
     try:
+        if isinstance(result, (bytes, bytearray)):
+            return bytes(result).decode("utf-8", "replace")
+        dump = getattr(result, "model_dump", None)
+        if callable(dump):
+            result = dump(mode="json")
         return _to_json(result)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:
+        pass
+    if isinstance(result, int) and not isinstance(result, bool):
+        # Longer than Python will print (sys.get_int_max_str_digits(), 4,300 digits by
+        # default): decimal's conversion has no such limit.
+        return str(decimal.Decimal(int.__index__(result)))
+    try:
         return str(result)
+    except Exception:
+        return f"<a {type(result).__name__} that cannot be written as text>"
+
+
+def _error_text(error: Any) -> str:
+    """An exception as the model reads it, even one whose ``__str__`` raises."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return type(error).__name__
 
 
 class LoopStopped(RuntimeError):
@@ -163,7 +181,7 @@ class Turn:
         failed = error is not None and error is not False
         if result is None and failed and error is not True:
             # The error is all there is to tell the model.
-            result = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            result = error if isinstance(error, str) else _error_text(error)
         self._results[index] = (result, failed)
 
     def _index(self, call: ToolCall | str) -> int:

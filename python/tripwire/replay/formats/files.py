@@ -98,6 +98,43 @@ def bounded_lines(stream: IO[bytes]) -> Iterator[bytes]:
 _decode = json.JSONDecoder().raw_decode
 
 
+def _long_int(digits: str) -> int | str:
+    """A JSON integer: an int, or (longer than Python converts, 4,300 digits by default:
+    ``sys.get_int_max_str_digits``) its digits as text. A trace holding one is still valid
+    JSON and is read: such a number cannot be keyed as an int by any guard (JSON cannot
+    write it back), while as text equal numbers are equal and different ones differ. Never
+    converted at length: the limit is there because that conversion is quadratic."""
+    try:
+        return int(digits)
+    except ValueError:
+        return digits
+
+
+# The slow path, for the rare text that holds such a number (a hook on every int would slow
+# the common lines).
+_decode_long = json.JSONDecoder(parse_int=_long_int).raw_decode
+
+
+def _raw_decode(text: str) -> tuple[Any, int]:
+    """``raw_decode``, integers too long to convert kept as their digits."""
+    try:
+        return _decode(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer over Python's limit, not bad JSON
+        return _decode_long(text)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, integers too long to convert kept as their digits."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer over Python's limit, not bad JSON
+        return json.loads(text, parse_int=_long_int)
+
+
 class Reader:
     """Reads one file (or stdin) into events. ``tick(position)`` is called every
     ``TICK_LINES`` lines with how far into the file (on disk) reading has got; ``results``:
@@ -284,7 +321,7 @@ class Reader:
         """A whole JSON document, whose first line is line ``start`` of the file."""
         try:
             text = data.decode("utf-8-sig")
-            doc = json.loads(text)
+            doc = _loads(text)
         except UnicodeDecodeError as exc:
             yield self.problem(None, f"not UTF-8 text (byte {exc.start}); file skipped")
             return
@@ -408,7 +445,7 @@ def _parse_line(line: bytes) -> tuple[Any, str | None]:
     if not text:
         return None, ""
     try:
-        value, end = _decode(text)
+        value, end = _raw_decode(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg} at column {exc.colno}); line skipped"
     except RecursionError:
