@@ -62,5 +62,7 @@ async def main() -> Any:
 if __name__ == "__main__":
     stop = asyncio.run(main())
     assert stop is not None and stop.reason == "loop_detected", stop
-    assert sent == ["get_metrics", "get_logs"], sent  # the nudged call never reached it
+    # The nudged call never reached the server; the one after the nudge did, and came back
+    # the same (issue 25: the evidence the stop rests on).
+    assert sent == ["get_metrics", "get_logs", "get_logs"], sent
     print(stop.message)

@@ -1227,7 +1227,12 @@ impl<V, R, N> RunState<V, R, N> {
             .position(|(at, _, _)| *at == step)
             .and_then(|i| self.args.remove(i))
             .map(|(_, args, text)| (args, text));
-        let entry = &self.window[index];
+        let entry = &mut self.window[index];
+        if !entry.marked() {
+            // Only a call that came back empty or failed is read for what it asked (the
+            // reference's `observe` says why).
+            entry.question = None;
+        }
         let ask = entry.marked() && entry.question.is_none();
         self.update_wants();
         if ask {

@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-STOP = "Stopped (loop_detected): get_logs was called 3 times with the same arguments"
+# Issue 25: with results observed, the call after the nudge runs and the 4th is stopped.
+STOP = (
+    "Stopped (loop_detected): get_logs was called 4 times with the same arguments and the same"
+    " result"
+)
 
 # Script -> the module it needs (an extra: `pip install '.[test]'` brings them all).
 NEEDS = {

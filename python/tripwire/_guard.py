@@ -1113,7 +1113,12 @@ class Guard:
                 if was_retry or retries < TRANSIENT_RETRIES:
                     self._retries[entry.key] = retries + (not was_retry)
                     entry.retry = True
-            if entry.marked and entry.question is None and entry.held:
+            if not entry.marked:
+                # Only a call that came back empty or failed is read for what it asked: the
+                # state keeps no question it will never read (so a snapshot taken between
+                # the check and this result gives the same state as none).
+                entry.question = None
+            elif entry.question is None and entry.held:
                 held = (entry.args, entry.text)
             self._released.append(entry.args)
             entry.held, entry.args = False, None
