@@ -3,7 +3,10 @@
 An on-call agent with a 40-step budget asks the log service for checkout errors; the service
 has silently stopped returning them, so every answer is `[]`, and the model keeps asking the
 same question in slightly different spellings. Without a guard the run spends all 40 steps.
-With one, it is nudged on the first repeat and stopped on the second, naming the tool.
+With one, it is nudged on the first repeat and stopped on the second, naming the tool. (This
+example checks the calls only. A harness that also tells the guard what each call returned,
+with ``observe``, as ``tripwire replay`` does, runs the call after the nudge and stops the
+one after that: a stop rests on a result seen after the nudge.)
 
 Run: python examples/checkout_triage.py
 """

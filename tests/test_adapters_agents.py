@@ -241,3 +241,98 @@ def test_streamed_run_is_guarded_the_same(tw: ModuleType) -> None:
     # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
     assert stop_of(raised.value).step == 4  # type: ignore[union-attr]
     assert len(ran) == 2 and len(model.calls) == 4
+
+
+def test_each_run_of_an_agent_gets_a_guard_of_its_own(tw: ModuleType) -> None:
+    """Issue 25 (item 6): people reuse agents, and a guard is one run's. A second
+    ``Runner.run`` of a guarded agent that stopped is not stopped at its first call for the
+    first run's loop: it gets a new guard, configured as the given one, and its own loop is
+    stopped where a first run's would be."""
+    ran: list[Any] = []
+    loop = [[function_call("get_logs", SEED_ARGS[i], call_id=f"a{i}")] for i in range(4)]
+    healthy = [
+        [function_call("get_logs", SEED_ARGS[0], call_id="b0")],
+        [assistant_message("Nothing in the logs.")],
+    ]
+    again = [[function_call("get_logs", SEED_ARGS[i], call_id=f"c{i}")] for i in range(4)]
+    model = ScriptedModel([*loop, *healthy, *again])
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    given = tw.Guard(window=8)
+    loop_guard = guard_agent(agent, given)
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        run(agent)
+    first = stop_of(raised.value)
+    assert first is not None and (first.step, first.call_id) == (4, "a3")
+    assert loop_guard.guard is given and given.stopped  # the given guard served the first run
+    # The second run: its call runs, and the run ends as the model says.
+    result = run(agent)
+    assert result.final_output == "Nothing in the logs."
+    assert len(ran) == 3 and outputs(model, 5) == {"b0": "[]"}
+    second = loop_guard.guard
+    assert second is not given and type(second) is type(given)
+    assert (second.steps, second.stopped) == (1, False)
+    assert "window=8" in repr(second)  # made like the given guard
+    assert given.steps == 4  # the first run's guard is untouched by the second run
+    # A third run that loops is stopped at its own 4th call, not earlier.
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+        run(agent)
+    third = stop_of(raised.value)
+    assert third is not None and (third.step, third.repeats, third.call_id) == (4, 4, "c3")
+    assert loop_guard.guard not in (given, second)
+
+
+def test_runs_of_one_agent_at_the_same_time_are_guarded_apart(tw: ModuleType) -> None:
+    """Two runs of one agent at once (asyncio.gather): each run's calls go to its own guard,
+    so each loop is stopped at its own 4th call (one guard for both would have stopped the
+    pair after four calls in all)."""
+    ran: list[Any] = []
+    steps = [[function_call("get_logs", SEED_ARGS[0], call_id=f"c{i}")] for i in range(8)]
+    agent = Agent(name="triage", tools=triage_tools(ran), model=ScriptedModel(steps))
+    guard_agent(agent, tw.Guard())
+
+    async def both() -> list[Any]:
+        question = "Why did checkout latency double at 02:00?"
+        return await asyncio.gather(
+            Runner.run(agent, question), Runner.run(agent, question), return_exceptions=True
+        )
+
+    stops = [stop_of(outcome) for outcome in asyncio.run(both())]
+    assert all(stop is not None for stop in stops), stops
+    assert [(stop.step, stop.repeats) for stop in stops] == [(4, 4), (4, 4)]  # type: ignore[union-attr]
+    assert len(ran) == 4  # two calls of each run ran: its 1st and its 3rd
+
+
+def test_agents_guarded_with_one_guard_share_each_runs_guard(tw: ModuleType) -> None:
+    """Agents a run hands off to are guarded with the same guard (or with what guard_agent
+    returned): what is attached is one, so a run's guard is one across its agents."""
+    guard = tw.Guard()
+    first = Agent(name="a", tools=triage_tools([]), model=ScriptedModel([]))
+    second = Agent(name="b", tools=triage_tools([]), model=ScriptedModel([]))
+    attached = guard_agent(first, guard)
+    assert guard_agent(second, guard) is attached
+    third = Agent(name="c", tools=triage_tools([]), model=ScriptedModel([]))
+    assert guard_agent(third, attached) is attached
+    other = Agent(name="d", tools=[], model=ScriptedModel([]))
+    assert guard_agent(other, tw.Guard()) is not attached
+
+
+def test_a_guard_that_cannot_be_copied_needs_make_guard(tw: ModuleType) -> None:
+    class StoreGuard:
+        """A guard with no from_snapshot (as a store's guard, keyed by its own run id)."""
+
+        def check_turn(self, calls: Any) -> Any:
+            raise AssertionError("not called")
+
+    agent = Agent(name="a", tools=triage_tools([]), model=ScriptedModel([]))
+    with pytest.raises(TypeError, match="make_guard"):
+        guard_agent(agent, StoreGuard())
+    made: list[Any] = []
+
+    def make_guard() -> Any:
+        made.append(tw.Guard(window=5))
+        return made[-1]
+
+    attached = guard_agent(agent, make_guard=make_guard)
+    assert attached.guard is made[0]
+    with pytest.raises(TypeError, match="not both"):
+        guard_agent(agent, tw.Guard(), make_guard=make_guard)

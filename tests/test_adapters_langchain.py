@@ -272,3 +272,26 @@ def test_docs_langchain_example_runs() -> None:
     exec(compile(block, str(PAGE), "exec"), namespace)
     assert ran == [("get_logs", "checkout")] * 2  # issue 25: the call after the nudge ran
     assert "get_logs" in namespace["result"]["messages"][-1].content
+
+
+def test_each_run_of_one_agent_starts_with_a_guard_of_its_own(tw: ModuleType) -> None:
+    """Issue 25 (item 6, checked here): the guard is in the run's state, not in the
+    middleware, so one agent invoked again, without a checkpointer or on another thread, is
+    not stopped for an earlier run's loop: each run's loop is stopped at its own 4th call."""
+    ran: list[Any] = []
+    loops = [*seed_turns(0, 4), *seed_turns(0, 4)]
+    plain = agent_for(tw, script(*loops), ran)
+    threads = agent_for(tw, script(*loops), ran, checkpointer=InMemorySaver())
+    runs = [
+        (plain, None),
+        (plain, None),
+        (threads, {"configurable": {"thread_id": "a"}}),
+        (threads, {"configurable": {"thread_id": "b"}}),
+    ]
+    for agent, config in runs:
+        sent = answers(agent.invoke(ask(), config)["messages"])
+        assert sent["call_0"].status == "success"  # not stopped for the run before
+        assert sent["call_3"].content.startswith(
+            "Stopped (loop_detected): get_logs was called 4 times"
+        )
+    assert len(ran) == 8  # each run's 1st and 3rd calls

@@ -230,3 +230,36 @@ def test_docs_mcp_example_runs() -> None:
     stop = namespace["stop"]
     # Issue 25: the call after the nudge runs; the 4th occurrence is stopped.
     assert (stop.reason, stop.step, len(ran)) == ("loop_detected", 4, 2)
+
+
+def test_each_run_gets_a_session_with_a_guard_of_its_own(tw: ModuleType) -> None:
+    """Issue 25 (item 6, the same trap in this adapter): a connection outlives a run, and a
+    guard is one run's. ``new_run()`` gives the next run the same connection with a new
+    guard made like the first (the server's policies kept), so it is not stopped for the
+    first run's loop; the first run stays stopped."""
+    ran: list[Any] = []
+
+    async def body(session: Any) -> tuple[Any, Any, Any, Any]:
+        first = await guarded(tw, session)
+        with pytest.raises(tw_mcp.LoopStopped):
+            for args in SEED_ARGS:
+                await first.call_tool("get_logs", args)
+        second = first.new_run()
+        answer = await second.call_tool("get_logs", SEED_ARGS[0])
+        with pytest.raises(tw_mcp.LoopStopped):
+            await first.call_tool("get_metrics", {"service": "checkout", "metric": "p99"})
+        with pytest.raises(tw_mcp.LoopStopped) as stopped:
+            for args in SEED_ARGS[1:]:
+                await second.call_tool("get_logs", args)
+        return first, second, answer, stopped.value.verdict
+
+    first, second, answer, stop = run(body, ran)
+    assert isinstance(answer, CallToolResult) and not answer.is_error
+    assert second.session is first.session and second.guard is not first.guard
+    assert type(second.guard) is type(first.guard)
+    assert second.guard.policy_of("restart") == ("write", "definition")
+    # The second run's own loop: its 1st call ran, its 2nd was nudged, its 3rd ran, its 4th
+    # stopped (2 of the first run's calls and 2 of the second's reached the server).
+    assert (stop.step, stop.repeats) == (4, 4)
+    assert [name for name, _ in ran] == ["get_logs"] * 4
+    assert (first.guard.steps, first.guard.stopped) == (4, True)

@@ -308,9 +308,7 @@ def test_call_id_reissued_after_its_nudge_is_counted(tw: ModuleType) -> None:
     )
     assert guard.stopped and guard.steps == 3
     # The stop is that id's answer now: delivered again, it is given again, uncounted.
-    assert fields(guard.check("get_logs", {"service": "checkout"}, call_id="c2")) == fields(
-        again
-    )
+    assert fields(guard.check("get_logs", {"service": "checkout"}, call_id="c2")) == fields(again)
     assert guard.steps == 3
 
 

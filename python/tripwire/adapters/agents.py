@@ -27,6 +27,14 @@ call's verdict:
   ``ToolInputGuardrailTripwireTriggered``; ``stop_of(exc)`` gives the guard's verdict (it
   is the guardrail output's ``output_info``).
 
+One guard per run. What ``guard_agent`` attaches is the agent's, and people run one agent
+many times (a service, a notebook, a retry): a guard is one run's. Each ``Runner.run`` (or
+``run_streamed``) of a guarded agent gets a guard of its own, told apart by the run's
+``RunContextWrapper.usage`` (one object per run, shared by its hooks' and tools' contexts):
+the guard given to ``guard_agent`` serves the first run, and each later run a new guard made
+like it (its configuration, none of its state). Runs of one agent at the same time are
+guarded apart too.
+
 The name clash: the SDK calls every guardrail that halts a run a "tripwire"
 (``tripwire_triggered``, ``ToolInputGuardrailTripwireTriggered``). That exception is the
 SDK's, raised for any tool guardrail that halts a run; this package's guardrail is the one
@@ -37,6 +45,10 @@ others.
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from agents import (
@@ -64,13 +76,40 @@ _SDK_TOOL_ERROR: str = default_tool_error_function(None, Exception())  # type: i
 # What a copy is answered with when its original ended without a result (another guardrail
 # rejected it, or the SDK cancelled it): the copy then runs as a call of its own.
 _NO_RESULT = object()
+# How many runs' guards are kept when a run's usage object cannot be watched for its end
+# (weakref): the oldest are let go first.
+_UNWATCHED_RUNS = 1024
+
+
+class _Run:
+    """One run's guard, and the calls of its current model response, by call id: their
+    verdicts; for each call that is to run, a future of its result (what a copy of it waits
+    for); and for the calls now running, their verdicts, for the output guardrail."""
+
+    __slots__ = ("guard", "originals", "results", "running", "usage", "verdicts")
+
+    def __init__(self, guard: Any, usage: Any) -> None:
+        self.guard = guard
+        # Held only where the usage object cannot be watched (so its id is not reused).
+        self.usage = usage
+        self.verdicts: dict[str, tripwire.Verdict] = {}
+        self.originals: dict[str, str] = {}
+        self.results: dict[str, asyncio.Future[Any]] = {}
+        self.running: dict[str, tripwire.Verdict] = {}
 
 
 class AgentGuard:
-    """The guardrails and hooks that ``guard_agent`` attached, and the guard behind them."""
+    """The guardrails and hooks that ``guard_agent`` attached, and the guards behind them:
+    ``guard`` is the latest run's (the one given, until a run starts); ``make_guard`` makes
+    each later run's."""
 
-    def __init__(self, guard: Any) -> None:
+    def __init__(self, guard: Any, make_guard: Callable[[], Any] | None = None) -> None:
         self.guard = guard
+        # The guard given to guard_agent (None when it made one), and the first run's guard
+        # until a run takes it.
+        self._given: Any = None
+        self._first: Any = guard
+        self._make_guard = make_guard
         self.input_guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
             guardrail_function=self._check, name=GUARDRAIL_NAME
         )
@@ -78,13 +117,47 @@ class AgentGuard:
             guardrail_function=self._observe, name=GUARDRAIL_NAME
         )
         self.tool_names: set[str] = set()
-        # The current response's calls, by call id: their verdicts; for each call that is
-        # to run, a future of its result (what a copy of it waits for); and for the calls
-        # now running, their verdicts, for the output guardrail.
-        self._verdicts: dict[str, tripwire.Verdict] = {}
-        self._originals: dict[str, str] = {}
-        self._results: dict[str, asyncio.Future[Any]] = {}
-        self._running: dict[str, tripwire.Verdict] = {}
+        # The runs under way, by the id of their usage object (see the module); each entry
+        # is let go when its usage object is.
+        self._runs: OrderedDict[int, _Run] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _new_guard(self) -> Any:
+        """A guard for a run: the given one for the first, then one made like it."""
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        if self._make_guard is not None:
+            return self._make_guard()
+        # Made like the given guard: its configuration, none of its state.
+        fresh = type(self.guard).from_snapshot(self.guard.snapshot())
+        fresh.reset()
+        return fresh
+
+    def run_of(self, context: Any) -> _Run:
+        """The run a hook's or a tool's context belongs to (a new one, with a new guard,
+        the first time it is seen)."""
+        usage = getattr(context, "usage", None)
+        key = id(usage)
+        run = self._runs.get(key)
+        if run is not None:
+            return run
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                return run
+            run = _Run(self._new_guard(), None)
+            self._runs[key] = run
+            self.guard = run.guard
+            try:
+                weakref.finalize(usage, self._runs.pop, key, None)
+            except TypeError:
+                # Not watchable (or no usage at all): kept, so its id is not reused, and
+                # bounded.
+                run.usage = usage
+                while len(self._runs) > _UNWATCHED_RUNS:
+                    self._runs.popitem(last=False)
+        return run
 
     def attach(self, agent: Any) -> None:
         """Puts the guardrails first on each of the agent's function tools (the guard must
@@ -103,10 +176,11 @@ class AgentGuard:
 
     # -- one model response ---------------------------------------------------------------
 
-    def check_response(self, response: Any) -> list[tripwire.Verdict]:
+    def check_response(self, response: Any, context: Any = None) -> list[tripwire.Verdict]:
         """The function calls of a model response (``ModelResponse``) to this agent's
-        tools, checked as one turn. The hooks call it; the guardrails then use its
-        verdicts."""
+        tools, checked as one turn by the guard of the run ``context`` (the hook's) belongs
+        to. The hooks call it; the guardrails then use its verdicts."""
+        run = self.run_of(context)
         calls = [
             (item.name, item.arguments, item.call_id)
             for item in response.output
@@ -114,30 +188,31 @@ class AgentGuard:
         ]
         # A response's calls have all run (or the run ended) before the next response:
         # what was kept for the last one is let go.
-        self._verdicts, self._originals, self._results, self._running = {}, {}, {}, {}
+        run.verdicts, run.originals, run.results, run.running = {}, {}, {}, {}
         if not calls:
             return []
-        verdicts: list[tripwire.Verdict] = self.guard.check_turn(calls)
+        verdicts: list[tripwire.Verdict] = run.guard.check_turn(calls)
         record_turn(verdicts)
         loop = asyncio.get_running_loop()
         for (_, _, call_id), verdict in zip(calls, verdicts, strict=True):
-            self._verdicts[call_id] = verdict
+            run.verdicts[call_id] = verdict
             if verdict.duplicate_of is not None:
-                self._originals[call_id] = calls[verdict.duplicate_of][2]
+                run.originals[call_id] = calls[verdict.duplicate_of][2]
             elif verdict.action == "allow":
-                self._results[call_id] = loop.create_future()
+                run.results[call_id] = loop.create_future()
         return verdicts
 
     # -- the guardrails -------------------------------------------------------------------
 
     async def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         context = data.context
+        run = self.run_of(context)
         call_id = context.tool_call_id
-        verdict = self._verdicts.pop(call_id, None)
+        verdict = run.verdicts.pop(call_id, None)
         if verdict is None:
             # A call the hooks did not see (the agent's hooks were replaced after
             # guard_agent, or the tool is another agent's): checked on its own.
-            verdict = self.guard.check_json(
+            verdict = run.guard.check_json(
                 context.tool_name, context.tool_arguments, call_id=call_id
             )
             record(verdict)
@@ -147,41 +222,43 @@ class AgentGuard:
             return ToolGuardrailFunctionOutput.reject_content(
                 verdict.message or "", output_info=verdict
             )
-        original = self._originals.pop(call_id, None)
+        original = run.originals.pop(call_id, None)
         if original is not None:
-            result = await self._result_of(original)
+            result = await _result_of(run, original)
             if result is not _NO_RESULT:
                 return ToolGuardrailFunctionOutput.reject_content(
                     as_text(result), output_info=verdict
                 )
         else:
-            future = self._results.get(call_id)
+            future = run.results.get(call_id)
             task = asyncio.current_task()
             if future is not None and task is not None:
                 # This task runs the call to its end (tool, output guardrails): if it ends
                 # without a result, a copy waiting for one must not wait forever.
                 task.add_done_callback(lambda _: _settle(future, _NO_RESULT))
-        self._running[call_id] = verdict
+        run.running[call_id] = verdict
         return ToolGuardrailFunctionOutput.allow(output_info=verdict)
 
-    async def _result_of(self, call_id: str) -> Any:
-        future = self._results.get(call_id)
-        if future is None:
-            return _NO_RESULT
-        # Shielded: a copy cancelled while it waits must not cancel the original's result.
-        return await asyncio.shield(future)
-
     async def _observe(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        run = self.run_of(data.context)
         call_id = data.context.tool_call_id
-        verdict = self._running.pop(call_id, None)
+        verdict = run.running.pop(call_id, None)
         if verdict is not None:
             output = data.output
             failed = True if isinstance(output, str) and output == _SDK_TOOL_ERROR else None
-            self.guard.observe(verdict, output, error=failed)
-            future = self._results.get(call_id)
+            run.guard.observe(verdict, output, error=failed)
+            future = run.results.get(call_id)
             if future is not None:
                 _settle(future, output)
         return ToolGuardrailFunctionOutput.allow()
+
+
+async def _result_of(run: _Run, call_id: str) -> Any:
+    future = run.results.get(call_id)
+    if future is None:
+        return _NO_RESULT
+    # Shielded: a copy cancelled while it waits must not cancel the original's result.
+    return await asyncio.shield(future)
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:
@@ -208,25 +285,75 @@ class _TurnHooks(AgentHooks[Any]):
                     setattr(self, name, getattr(inner, name))
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        self.owner.check_response(response)
+        self.owner.check_response(response, context)
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)
 
 
-def guard_agent(agent: Any, guard: Any = None, /, **guard_options: Any) -> AgentGuard:
-    """Guards every function tool of ``agent`` (see the module), with ``guard`` or a new
-    ``tripwire.Guard(**guard_options)``; returns what was attached (its ``guard`` too).
-    Agents a run hands off to are guarded by calling this for each, with the same guard.
+# What guard_agent attached for each guard given to it, by the guard's id (the entry holds
+# the guard, so the id is not reused while it lives): agents guarded with one guard share
+# their runs' guards, so a run that hands off from one to another is one run to the guard.
+_ATTACHED: dict[int, weakref.ref[AgentGuard]] = {}
 
-    A guard is one run's, and what is attached is the agent's (its tools and hooks): runs
-    at the same time each need an agent (and tools) of their own, guarded each; calling this
-    again on an agent replaces the guard attached before."""
-    if guard is None:
-        guard = tripwire.Guard(**guard_options)
-    elif guard_options:
+
+def guard_agent(
+    agent: Any,
+    guard: Any = None,
+    /,
+    *,
+    make_guard: Callable[[], Any] | None = None,
+    **guard_options: Any,
+) -> AgentGuard:
+    """Guards every function tool of ``agent`` (see the module); returns what was attached
+    (its ``guard``: the latest run's). Each run gets a guard of its own: ``guard`` serves
+    the first run and each later one gets a guard made like it (its configuration, none of
+    its state); or ``make_guard()`` makes each run's; or, with neither, a new
+    ``tripwire.Guard(**guard_options)``. Agents a run hands off to are guarded by calling
+    this for each with the same ``guard`` (or with what the first call returned): their runs
+    then share one guard.
+
+    Calling this again on an agent, with another guard, replaces the guard attached before."""
+    if (guard is not None or make_guard is not None) and guard_options:
         raise TypeError("guard options are for a new guard: pass a guard or options, not both")
-    attached = AgentGuard(guard)
+    if guard is not None and make_guard is not None:
+        raise TypeError("pass a guard or make_guard, not both")
+    if isinstance(guard, AgentGuard):
+        attached = guard
+    elif guard is not None:
+        attached = _attached_for(guard)
+    else:
+        if make_guard is None:
+            options = guard_options
+
+            def make_guard() -> Any:
+                return tripwire.Guard(**options)
+
+        attached = AgentGuard(make_guard(), make_guard)
     attached.attach(agent)
+    return attached
+
+
+def _attached_for(guard: Any) -> AgentGuard:
+    """What was attached for ``guard`` before, if it lives; else a new one, remembered."""
+    key = id(guard)
+    known = _ATTACHED.get(key)
+    before = known() if known is not None else None
+    if before is not None and before._given is guard:
+        return before
+    if not callable(getattr(type(guard), "from_snapshot", None)):
+        # Each run needs a guard of its own, made like this one.
+        raise TypeError(
+            f"a {type(guard).__name__} cannot be copied for each run: "
+            "pass make_guard= (a function that makes a run's guard)"
+        )
+    attached = AgentGuard(guard)
+    attached._given = guard
+
+    def forget(ref: weakref.ref[AgentGuard]) -> None:
+        if _ATTACHED.get(key) is ref:
+            del _ATTACHED[key]
+
+    _ATTACHED[key] = weakref.ref(attached, forget)
     return attached
 
 

@@ -19,6 +19,11 @@ raises is observed as failed. Every other attribute is the session's own.
 An MCP session does not know a model's turns: a harness that has all the calls of one model
 response hands them to ``call_turn``, which checks them as one turn (identical calls are one
 action: sent once, every copy answered with the one result).
+
+Nor does it know runs, and a connection outlives many: a guard is one run's (after a stop,
+every call of the run raises). ``GuardedSession.new_run()`` gives the next run (or a run at
+the same time) a session of its own over the same connection, with a new guard made like
+this one (the server's policies kept, no state), without listing the tools again.
 """
 
 from __future__ import annotations
@@ -84,6 +89,13 @@ class GuardedSession:
     def __getattr__(self, name: str) -> Any:
         # Everything but call_tool is the session's: list_tools, read_resource, ...
         return getattr(self.session, name)
+
+    def new_run(self) -> GuardedSession:
+        """The same connection for another run: a guarded session with a new guard made
+        like this one's (its configuration and the server's policies, none of its state)."""
+        fresh = type(self.guard).from_snapshot(self.guard.snapshot())
+        fresh.reset()
+        return GuardedSession(self.session, fresh)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *args: Any, **kwargs: Any
