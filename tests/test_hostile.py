@@ -1582,7 +1582,9 @@ def test_messages_name_the_right_tools_after_many_names() -> None:
             guard.observe(verdict, [] if i % 2 else "ok")
             seen.append(fields(verdict))
         for i in range(12):
-            verdict = guard.check(("search_docs", "search_web")[i % 2], {"q": i})
+            # One question reworded (issue 25: free text; a number would be another one).
+            query = {"q": f"refund policy, wording {i}"}
+            verdict = guard.check(("search_docs", "search_web")[i % 2], query)
             guard.observe(verdict, [])
             seen.append(fields(verdict))
         for i in range(8):
