@@ -9,7 +9,7 @@ $(PY):
 .PHONY: install
 install: $(PY)
 	# The SDKs and frameworks too: their adapters are tested and type-checked against them.
-	$(PY) -m pip install -q -e '.[test,bench,dev,openai,anthropic,agents,langchain,mcp,otel,otel-test]'
+	$(PY) -m pip install -q -e '.[test,bench,dev,openai,anthropic,agents,langchain,mcp,otel,otel-test,claude]'
 
 .PHONY: build-dev
 build-dev: $(PY)

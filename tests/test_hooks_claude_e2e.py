@@ -1,0 +1,194 @@
+"""tripwire in the real Claude Code: hooks installed by ``tripwire install`` into a temporary
+HOME, Claude Code (the binary the ``claude-agent-sdk`` wheel bundles) run headless against a
+scripted Messages API on loopback (``tests/_fake_messages.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _claude import NO_CLAUDE, Sandbox, claude_binary
+from _fake_messages import FakeMessagesAPI, text, tool_use
+
+pytestmark = pytest.mark.skipif(claude_binary() is None, reason=NO_CLAUDE)
+
+NUDGE = "This is the second identical call to Read with the same arguments"
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path)
+
+
+def _install(box: Sandbox, *args: str) -> None:
+    done = box.tripwire("install", "claude-code", *args)
+    assert done.returncode == 0, done.stderr
+
+
+def seed_loop(box: Sandbox) -> list[list[dict[str, Any]]]:
+    """The seed's loop in Claude Code's words: one read, asked again respelled (key order, a
+    float for an int), as a model that does not take in the answer does."""
+    log = box.project / "logs" / "app.log"
+    log.parent.mkdir()
+    log.write_text("INFO start\nERROR timeout talking to db\n")
+    return [
+        [text("Looking for errors."), tool_use("Read", {"file_path": str(log), "limit": 50})],
+        [tool_use("Read", {"limit": 50.0, "file_path": str(log)})],
+        [tool_use("Read", {"file_path": str(log), "limit": 5e1})],
+        [text("The errors are: a timeout.")],
+    ]
+
+
+def assert_seed_loop_stopped(api: FakeMessagesAPI, result: dict[str, Any]) -> None:
+    assert result["terminal_reason"] == "hook_stopped", result
+    first, second, third = (ids[0] for ids in api.sent_ids())
+    results = api.tool_results()
+    assert not results[first].get("is_error")
+    # The second call was refused; the model read the guard's message as the tool's error.
+    assert results[second]["is_error"] is True
+    assert NUDGE in results[second]["content"]
+    # The third ended the run: no result was sent, no further request made.
+    assert third not in results
+    assert len(api.agent_requests()) == 3
+    assert api.errors == []
+
+
+def test_seed_loop_is_nudged_then_stopped(box: Sandbox) -> None:
+    _install(box)
+    with FakeMessagesAPI(seed_loop(box)) as api:
+        result = box.claude(api, "find the errors in logs/app.log")
+    assert_seed_loop_stopped(api, result)
+    # What a person sees afterwards.
+    [session] = box.sessions()
+    assert session["session"] == result["session_id"]
+    assert session["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+    assert [e["action"] for e in session["events"]] == ["nudge", "stop"]
+    assert session["events"][-1]["reason"] == "loop_detected"
+    assert session["ended"] is not None
+    listing = box.tripwire("sessions")
+    assert "stops 1" in listing.stdout and "Read" in listing.stdout
+
+
+def _healthy_project(box: Sandbox) -> dict[str, str]:
+    project = box.project
+    (project / "calc.py").write_text(
+        "def add(a, b):\n    return a - b  # FIXME\n\n\ndef mul(a, b):\n    return a + b\n"
+    )
+    (project / "test_calc.py").write_text(
+        "from calc import add, mul\n\n"
+        "assert add(2, 3) == 5, 'add'\nassert mul(2, 3) == 6, 'mul'\nprint('ok')\n"
+    )
+    hook = project / ".git" / "hooks" / "pre-commit"
+    for command in (
+        ["git", "init", "-q"],
+        ["git", "config", "user.email", "dev@example.com"],
+        ["git", "config", "user.name", "Dev"],
+    ):
+        subprocess.run(command, cwd=project, check=True)
+    hook.write_text(
+        "#!/bin/sh\nif grep -q FIXME calc.py; then echo 'FIXME left in calc.py'; exit 1; fi\n"
+    )
+    hook.chmod(0o755)
+    return {"calc": str(project / "calc.py")}
+
+
+def test_healthy_coding_session_is_never_nudged(box: Sandbox) -> None:
+    """Edit, tests fail, edit, tests pass; a grep that finds nothing; a commit whose hook
+    fails, fixed, committed again: every repeat here is progress."""
+    paths = _healthy_project(box)
+    _install(box)
+    tests = {"command": "python3 test_calc.py", "description": "Run the tests"}
+    commit = {
+        "command": "git add -A && git commit -q -m 'Fix add and mul'",
+        "description": "Commit",
+    }
+    script = [
+        [tool_use("Read", {"file_path": paths["calc"]})],
+        [tool_use("Bash", tests)],
+        [
+            tool_use(
+                "Edit",
+                {
+                    "file_path": paths["calc"],
+                    "old_string": "return a - b",
+                    "new_string": "return a + b",
+                },
+            )
+        ],
+        [tool_use("Bash", tests)],
+        [
+            tool_use(
+                "Edit",
+                {
+                    "file_path": paths["calc"],
+                    "old_string": "return a + b\n",
+                    "new_string": "return a * b\n",
+                },
+            )
+        ],
+        [tool_use("Bash", {**tests, "description": "Run the tests again"})],
+        [
+            tool_use(
+                "Bash",
+                {"command": "grep -rn TODO --include=*.py .", "description": "Look for TODOs"},
+            )
+        ],
+        [tool_use("Bash", commit)],
+        [
+            tool_use(
+                "Edit", {"file_path": paths["calc"], "old_string": "  # FIXME", "new_string": ""}
+            )
+        ],
+        [tool_use("Bash", commit)],
+        [text("Fixed and committed.")],
+    ]
+    with FakeMessagesAPI(script) as api:
+        result = box.claude(api, "fix calc.py so the tests pass, then commit")
+    assert result["terminal_reason"] == "completed", result
+    results = api.tool_results()
+    ids = [i[0] for i in api.sent_ids() if i]
+    assert len(results) == len(ids) == 10
+    assert not any(
+        "tripwire" in json.dumps(r) or "identical call" in json.dumps(r) for r in results.values()
+    )
+    # The story the results tell: the tests failed, then passed; the first commit failed.
+    assert results[ids[1]]["is_error"] and not results[ids[5]].get("is_error")
+    assert results[ids[7]]["is_error"] and not results[ids[9]].get("is_error")
+    log = subprocess.run(
+        ["git", "log", "--oneline"], cwd=box.project, capture_output=True, text=True
+    )
+    assert "Fix add and mul" in log.stdout
+    [session] = box.sessions()
+    assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+
+
+def test_parallel_calls_of_one_response(box: Sandbox) -> None:
+    """Identical calls of one response are one action (as Guard.check_turn has it): neither
+    copy is refused. The same read asked again in the next response is a repeat."""
+    notes = box.project / "notes.txt"
+    notes.write_text("alpha\n")
+    other = box.project / "other.txt"
+    other.write_text("beta\n")
+    _install(box)
+    read = {"file_path": str(notes)}
+    script = [
+        [
+            tool_use("Read", read),
+            tool_use("Read", {"file_path": str(other)}),
+            tool_use("Read", dict(read)),
+        ],
+        [tool_use("Read", dict(read))],
+        [text("Read them.")],
+    ]
+    with FakeMessagesAPI(script) as api:
+        result = box.claude(api, "read the notes")
+    assert result["terminal_reason"] == "completed", result
+    results = api.tool_results()
+    (a, b, c), (d,), _ = api.sent_ids()
+    assert [results[i].get("is_error", False) for i in (a, b, c)] == [False, False, False]
+    assert results[d]["is_error"] and NUDGE in results[d]["content"]
+    [session] = box.sessions()
+    assert session["counts"]["nudges"] == 1 and session["counts"]["stops"] == 0
