@@ -171,7 +171,10 @@ def run(args: Any) -> int:
         else:
             new = uninstalled(args.harness, settings)
     except SettingsError as exc:
-        sys.stderr.write(f"tripwire {args.command}: {exc}\n")
+        message = str(exc)
+        if not message.startswith(path):
+            message = f"{path}: {message}; nothing was written"
+        sys.stderr.write(f"tripwire {args.command}: {message}\n")
         return 1
     verb = "installed in" if args.command == "install" else "removed from"
     if new == settings:
