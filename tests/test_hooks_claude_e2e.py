@@ -5,6 +5,7 @@ scripted Messages API on loopback (``tests/_fake_messages.py``)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,26 @@ def test_parallel_calls_of_one_response(box: Sandbox) -> None:
     assert results[d]["is_error"] and NUDGE in results[d]["content"]
     [session] = box.sessions()
     assert session["counts"]["nudges"] == 1 and session["counts"]["stops"] == 0
+
+
+def test_seed_loop_through_serve(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same verdicts from `tripwire serve`, Claude Code's http hooks POSTing to it with
+    the secret header `tripwire install --serve` configured."""
+    from tripwire.hooks.serve import make_server, serve_in_thread
+
+    monkeypatch.setenv("TRIPWIRE_STATE_DIR", str(box.state))
+    monkeypatch.delenv("TRIPWIRE_SECRET", raising=False)
+    server = make_server("127.0.0.1", 0)
+    serve_in_thread(server)
+    try:
+        _install(box, "--serve", server.url)
+        with FakeMessagesAPI(seed_loop(box)) as api:
+            result = box.claude(api, "find the errors in logs/app.log")
+        assert_seed_loop_stopped(api, result)
+        [session] = server.store.records()
+        assert session["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Nothing was written to the state directory but the secret.
+    assert sorted(os.listdir(box.state)) == ["serve-secret"]

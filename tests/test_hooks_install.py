@@ -35,7 +35,7 @@ REAL_SETTINGS: dict[str, Any] = {
         "PostToolUse": [
             {
                 "matcher": "Edit|MultiEdit|Write",
-                "hooks": [{"type": "command", "command": "npx prettier --write \"$FILE\""}],
+                "hooks": [{"type": "command", "command": 'npx prettier --write "$FILE"'}],
             }
         ],
         "Notification": [
@@ -78,7 +78,9 @@ def ours(settings: dict[str, Any], event: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_install_merges_and_keeps_everything(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_install_merges_and_keeps_everything(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = settings_path(home)
     raw = write(path, REAL_SETTINGS)
     assert main(["install", "claude-code"]) == 0

@@ -1,0 +1,66 @@
+"""tripwire for the Claude Agent SDK (``claude_agent_sdk``): its hooks, the guard in memory.
+
+::
+
+    options = ClaudeAgentOptions(hooks=tripwire.adapters.claude_agent.hooks(tripwire.Guard()))
+    async for message in query(prompt="...", options=options):
+        ...
+
+The SDK runs Claude Code and calls these hooks in this process: the same protocol as the
+``tripwire hook claude-code`` command (``tripwire.hooks.claude_code``), without a process or
+a state file per event. A nudged call is refused with the guard's message (the model reads
+it as the tool's error); a stop refuses the call and ends the run (the result message's
+``terminal_reason`` is ``"hook_stopped"``). Identical calls of one model response are one
+action, found as the command hook finds them. Anything that goes wrong inside tripwire allows
+the call, with a warning on the ``tripwire.claude_agent`` logger.
+
+One ``hooks(...)`` per run: its guard is that run's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final, cast
+
+try:
+    from claude_agent_sdk import HookCallback, HookMatcher
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError(
+        "tripwire.adapters.claude_agent needs the Claude Agent SDK: pip install 'tripwire[claude]'"
+    ) from exc
+
+import tripwire
+from tripwire.hooks import apply, claude_code
+from tripwire.hooks._session import Session
+
+__all__ = ("hooks",)
+
+log = logging.getLogger("tripwire.claude_agent")
+
+# The SDK's events tripwire answers (it has no SessionEnd: the guard ends with the run).
+EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit")
+
+
+def hooks(guard: Any = None) -> dict[str, list[HookMatcher]]:
+    """``ClaudeAgentOptions(hooks=...)`` for one run guarded by ``guard`` (a new
+    ``tripwire.Guard()`` when none is given)."""
+    guard = tripwire.Guard() if guard is None else guard
+    session = Session.new(lambda: guard, claude_code.NAME, "claude-agent-sdk")
+
+    async def callback(event: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        try:
+            event = dict(event)
+            if tool_use_id is not None:
+                event.setdefault("tool_use_id", tool_use_id)
+            request = claude_code.parse(event)
+            if request.kind == "ignore":
+                return {}
+            reply = claude_code.answer(request, apply(session, request))
+        except Exception as exc:
+            log.warning("tripwire: %s: %s; the call is allowed", type(exc).__name__, exc)
+            return {}
+        return reply or {}
+
+    # The SDK types the callback by event; this one callback answers them all.
+    hook = cast(HookCallback, callback)
+    return {event: [HookMatcher(matcher=None, hooks=[hook])] for event in EVENTS}
