@@ -154,11 +154,11 @@ class Session:
         if len(calls) > CALLS_KEPT:
             del calls[: len(calls) - CALLS_KEPT]
 
-    def _note(self, outcome: Outcome) -> None:
+    def _note(self, outcome: Outcome, stopped_before: bool) -> None:
         counts = self.record["counts"]
         counts["calls"] += 1
-        if outcome.action == "allow":
-            return
+        if outcome.action == "allow" or stopped_before:
+            return  # a call refused by an earlier stop is not another stop
         counts["nudges" if outcome.action == "nudge" else "stops"] += 1
         events = self.record["events"]
         events.append(
@@ -196,6 +196,7 @@ class Session:
                 if found is not None and found[4] == response_id:
                     earlier.append(found)
         before = self.guard.snapshot(state_only=True) if earlier else None
+        stopped_before = self.guard.stopped
         verdict = self.guard.check(tool, args, call_id=call_id)
         for first in earlier:
             if first[1] == verdict.key:
@@ -213,7 +214,7 @@ class Session:
             message = _cut(verdict.message)
             call = [call_id, verdict.key, verdict.step, verdict.action, response_id, message, False]
             self._remember(call)
-        self._note(outcome)
+        self._note(outcome, stopped_before)
         return outcome
 
     def observe(self, tool: str, args: Any, call_id: str | None, result: Any, error: Any) -> None:
