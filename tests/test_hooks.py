@@ -114,6 +114,7 @@ def test_results_tell_progress_from_loops(env: dict[str, str]) -> None:
     verdicts = []
     for i, output in enumerate(["1 failed", "2 failed", "2 failed", "2 failed", "2 failed"]):
         code, out, _ = hook(env, pre(f"toolu_{i}", "Bash", **bash))
+        assert code == 0
         verdicts.append(decision(out))
         if decision(out) == "allow":
             assert hook(env, post(f"toolu_{i}", {"stdout": output}, "Bash", **bash))[0] == 0
