@@ -11,10 +11,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import socket
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -266,7 +269,6 @@ def test_an_unusable_state_directory_allows_the_call(env: dict[str, str], tmp_pa
 
 
 def test_missing_redis_allows_the_call(env: dict[str, str]) -> None:
-    pytest.importorskip("redis")
     code, out, err = hook(env, pre("t1"), "--redis", "redis://127.0.0.1:9/0")
     assert_failed_open(code, out, err, "the call is allowed")
 
@@ -366,3 +368,56 @@ def test_big_and_deep_tool_input_within_bounds(env: dict[str, str]) -> None:
     for _ in range(300):
         deep = [deep]
     assert_failed_open(*hook(env, pre("t3", content=deep)), "RecursionError")
+
+
+# -- sessions in Redis ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    flags = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--port", str(port)]
+    process = subprocess.Popen([server, *flags], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(500):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_sessions_in_redis(env: dict[str, str], redis_url: str) -> None:
+    """Parallel hooks of one session through Redis: every call counted once, four nudges;
+    nothing written to the state directory."""
+    from tripwire.hooks._redis import Client
+    from tripwire.hooks._store import session_name
+
+    session = f"redis-{env['TRIPWIRE_IMPLEMENTATION']}-{time.time()}"
+    calls = [
+        pre(f"toolu_{i}", "Read", session=session, file_path=f"/work/{i % 4}.txt") for i in range(8)
+    ]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda event: hook(env, event, "--redis", redis_url), calls))
+    assert all(code == 0 and err == "" for code, _, err in answers)
+    assert sorted(decision(out) for _, out, _ in answers) == ["allow"] * 4 + ["nudge"] * 4
+    client = Client(redis_url)
+    key = "tripwire:hook:{" + session_name("claude-code", session) + "}"
+    record = json.loads(client.call("GET", key))
+    assert record["counts"] == {"calls": 8, "nudges": 4, "stops": 0}
+    assert 0 < client.call("PTTL", key) <= 168 * 3600 * 1000
+    # A corrupt record: a fresh guard, one warning.
+    client.call("SET", key, b"\xff garbage")
+    code, out, err = hook(env, calls[0], "--redis", redis_url)
+    assert (code, out) == (0, "") and "corrupt" in err
+    client.close()
+    assert not Path(env["TRIPWIRE_STATE_DIR"]).exists()

@@ -95,7 +95,7 @@ def test_install_merges_and_keeps_everything(
     for event in EVENTS:
         [hook] = ours(installed, event)
         assert hook["type"] == "command"
-        assert hook["command"].endswith("-m tripwire hook claude-code")
+        assert hook["command"].endswith("tripwire hook claude-code")
     assert installed["hooks"]["PreToolUse"][-1]["matcher"] == "*"
     assert "matcher" not in installed["hooks"]["SessionEnd"][-1]
     assert ours(installed, "Notification") == []
