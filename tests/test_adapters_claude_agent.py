@@ -10,13 +10,18 @@ from typing import Any
 import pytest
 import tripwire
 from _claude import ALLOWED_TOOLS, NO_CLAUDE, Sandbox, claude_binary
-from _fake_messages import FakeMessagesAPI
-from test_hooks_claude_e2e import NUDGE, seed_loop
+from _fake_messages import FakeMessagesAPI, text, tool_use
+from test_hooks_claude_e2e import (
+    NUDGE,
+    assert_healthy,
+    healthy_session,
+    seed_loop,
+)
 
 pytestmark = pytest.mark.skipif(claude_binary() is None, reason=NO_CLAUDE)
 
 
-def run_sdk(box: Sandbox, api: FakeMessagesAPI, guard: Any) -> Any:
+def run_sdk(box: Sandbox, api: FakeMessagesAPI, guard: Any, prompt: str = "go") -> Any:
     from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
     from tripwire.adapters import claude_agent
 
@@ -30,7 +35,7 @@ def run_sdk(box: Sandbox, api: FakeMessagesAPI, guard: Any) -> Any:
 
     async def main() -> Any:
         result = None
-        async for message in query(prompt="find the errors in logs/app.log", options=options):
+        async for message in query(prompt=prompt, options=options):
             if isinstance(message, ResultMessage):
                 result = message
         return result
@@ -38,10 +43,19 @@ def run_sdk(box: Sandbox, api: FakeMessagesAPI, guard: Any) -> Any:
     return asyncio.run(main())
 
 
-def test_seed_loop_through_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     box = Sandbox(tmp_path)
     # The SDK's own process reads HOME too (the CLI it starts gets env= on top).
     monkeypatch.setenv("HOME", str(box.home))
+    return box
+
+
+def result_dict(result: Any) -> dict[str, Any]:
+    return {"terminal_reason": result.terminal_reason, "result": result.result}
+
+
+def test_seed_loop_through_the_sdk(box: Sandbox) -> None:
     guard = tripwire.Guard()
     with FakeMessagesAPI(seed_loop(box)) as api:
         result = run_sdk(box, api, guard)
@@ -55,3 +69,35 @@ def test_seed_loop_through_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert guard.stopped and guard.steps == 3
     # Nothing was written where the command hook keeps its state.
     assert not box.state.exists()
+
+
+def test_healthy_session_through_the_sdk(box: Sandbox) -> None:
+    guard = tripwire.Guard()
+    script = healthy_session(box)
+    with FakeMessagesAPI(script) as api:
+        result = run_sdk(box, api, guard, "fix calc.py so the tests pass, then commit")
+    assert_healthy(box, api, result_dict(result))
+    assert guard.steps == 10 and not guard.stopped
+
+
+def test_parallel_calls_through_the_sdk(box: Sandbox) -> None:
+    """Parallel reads of different files run; the same read in the next response is a
+    repeat. (Identical calls within one response cannot be told apart from repeats here:
+    the SDK's Claude Code writes the transcript after its hooks have run; see the
+    adapter's docstring.)"""
+    guard = tripwire.Guard()
+    notes, other = box.project / "notes.txt", box.project / "other.txt"
+    notes.write_text("alpha\n")
+    other.write_text("beta\n")
+    script = [
+        [tool_use("Read", {"file_path": str(notes)}), tool_use("Read", {"file_path": str(other)})],
+        [tool_use("Read", {"file_path": str(notes)})],
+        [text("Read them.")],
+    ]
+    with FakeMessagesAPI(script) as api:
+        result = run_sdk(box, api, guard, "read the notes")
+    assert result.terminal_reason == "completed", result
+    results = api.tool_results()
+    (a, b), (c,), _ = api.sent_ids()
+    assert not results[a].get("is_error") and not results[b].get("is_error")
+    assert results[c]["is_error"] and NUDGE in results[c]["content"]

@@ -43,6 +43,25 @@ def seed_loop(box: Sandbox) -> list[list[dict[str, Any]]]:
     ]
 
 
+def live_timeline(session: dict[str, Any]) -> str:
+    """The hook's verdicts on a session, a letter a call (allow, nudge, stop), from what
+    ``tripwire sessions`` keeps."""
+    letters = ["a"] * session["counts"]["calls"]
+    for event in session["events"]:
+        letters[event["call"] - 1] = event["action"][0]
+    return "".join(letters)
+
+
+def replayed(box: Sandbox) -> dict[str, Any]:
+    """``tripwire replay --json`` of the transcript the real CLI wrote: its one run."""
+    [transcript] = (box.home / ".claude" / "projects").glob("*/*.jsonl")
+    done = box.tripwire("replay", "--json", str(transcript))
+    assert done.returncode in (0, 1), done.stderr
+    [run] = json.loads(done.stdout)["runs"]
+    assert isinstance(run, dict)
+    return run
+
+
 def assert_seed_loop_stopped(api: FakeMessagesAPI, result: dict[str, Any]) -> None:
     assert result["terminal_reason"] == "hook_stopped", result
     first, second, third = (ids[0] for ids in api.sent_ids())
@@ -71,6 +90,87 @@ def test_seed_loop_is_nudged_then_stopped(box: Sandbox) -> None:
     assert session["ended"] is not None
     listing = box.tripwire("sessions")
     assert "stops 1" in listing.stdout and "Read" in listing.stdout
+    # Live and replay agree: the transcript Claude Code wrote, replayed, gives the same
+    # verdicts, the stop with the same words.
+    run = replayed(box)
+    assert run["timeline"] == live_timeline(session) == "ans"
+    assert run["stop_message"] == session["events"][-1]["message"]
+
+
+def healthy_session(box: Sandbox) -> list[list[dict[str, Any]]]:
+    """Edit, tests fail, edit, tests pass; a grep that finds nothing; a commit whose hook
+    fails, fixed, committed again: every repeat here is progress."""
+    paths = _healthy_project(box)
+    tests = {"command": "python3 test_calc.py", "description": "Run the tests"}
+    commit = {
+        "command": "git add -A && git commit -q -m 'Fix add and mul'",
+        "description": "Commit",
+    }
+
+    def edit(old: str, new: str) -> list[dict[str, Any]]:
+        return [
+            tool_use("Edit", {"file_path": paths["calc"], "old_string": old, "new_string": new})
+        ]
+
+    grep = {"command": "grep -rn TODO --include=*.py .", "description": "Look for TODOs"}
+    return [
+        [tool_use("Read", {"file_path": paths["calc"]})],
+        [tool_use("Bash", tests)],
+        edit("return a - b", "return a + b"),
+        [tool_use("Bash", tests)],
+        edit("return a + b\n", "return a * b\n"),
+        [tool_use("Bash", {**tests, "description": "Run the tests again"})],
+        [tool_use("Bash", grep)],
+        [tool_use("Bash", commit)],
+        edit("  # FIXME", ""),
+        [tool_use("Bash", commit)],
+        [text("Fixed and committed.")],
+    ]
+
+
+def assert_healthy(box: Sandbox, api: FakeMessagesAPI, result: dict[str, Any]) -> None:
+    assert result["terminal_reason"] == "completed", result
+    results = api.tool_results()
+    ids = [i[0] for i in api.sent_ids() if i]
+    assert len(results) == len(ids) == 10
+    said = [json.dumps(r) for r in results.values()]
+    assert not any("tripwire" in r or "identical call" in r for r in said)
+    # The story the results tell: the tests failed, then passed; the first commit failed.
+    assert results[ids[1]]["is_error"] and not results[ids[5]].get("is_error")
+    assert results[ids[7]]["is_error"] and not results[ids[9]].get("is_error")
+    log = subprocess.run(
+        ["git", "log", "--oneline"], cwd=box.project, capture_output=True, text=True
+    )
+    assert "Fix add and mul" in log.stdout
+
+
+def parallel_session(box: Sandbox) -> list[list[dict[str, Any]]]:
+    """One response reads a file twice at once (and another beside); the next reads it
+    again."""
+    notes = box.project / "notes.txt"
+    notes.write_text("alpha\n")
+    other = box.project / "other.txt"
+    other.write_text("beta\n")
+    read = {"file_path": str(notes)}
+    return [
+        [
+            tool_use("Read", read),
+            tool_use("Read", {"file_path": str(other)}),
+            tool_use("Read", dict(read)),
+        ],
+        [tool_use("Read", dict(read))],
+        [text("Read them.")],
+    ]
+
+
+def assert_parallel(api: FakeMessagesAPI, result: dict[str, Any]) -> None:
+    """Identical calls of one response are one action (as Guard.check_turn has it): neither
+    copy is refused. The same read asked again in the next response is a repeat."""
+    assert result["terminal_reason"] == "completed", result
+    results = api.tool_results()
+    (a, b, c), (d,), _ = api.sent_ids()
+    assert [results[i].get("is_error", False) for i in (a, b, c)] == [False, False, False]
+    assert results[d]["is_error"] and NUDGE in results[d]["content"]
 
 
 def _healthy_project(box: Sandbox) -> dict[str, str]:
@@ -97,102 +197,28 @@ def _healthy_project(box: Sandbox) -> dict[str, str]:
 
 
 def test_healthy_coding_session_is_never_nudged(box: Sandbox) -> None:
-    """Edit, tests fail, edit, tests pass; a grep that finds nothing; a commit whose hook
-    fails, fixed, committed again: every repeat here is progress."""
-    paths = _healthy_project(box)
+    script = healthy_session(box)
     _install(box)
-    tests = {"command": "python3 test_calc.py", "description": "Run the tests"}
-    commit = {
-        "command": "git add -A && git commit -q -m 'Fix add and mul'",
-        "description": "Commit",
-    }
-    script = [
-        [tool_use("Read", {"file_path": paths["calc"]})],
-        [tool_use("Bash", tests)],
-        [
-            tool_use(
-                "Edit",
-                {
-                    "file_path": paths["calc"],
-                    "old_string": "return a - b",
-                    "new_string": "return a + b",
-                },
-            )
-        ],
-        [tool_use("Bash", tests)],
-        [
-            tool_use(
-                "Edit",
-                {
-                    "file_path": paths["calc"],
-                    "old_string": "return a + b\n",
-                    "new_string": "return a * b\n",
-                },
-            )
-        ],
-        [tool_use("Bash", {**tests, "description": "Run the tests again"})],
-        [
-            tool_use(
-                "Bash",
-                {"command": "grep -rn TODO --include=*.py .", "description": "Look for TODOs"},
-            )
-        ],
-        [tool_use("Bash", commit)],
-        [
-            tool_use(
-                "Edit", {"file_path": paths["calc"], "old_string": "  # FIXME", "new_string": ""}
-            )
-        ],
-        [tool_use("Bash", commit)],
-        [text("Fixed and committed.")],
-    ]
     with FakeMessagesAPI(script) as api:
         result = box.claude(api, "fix calc.py so the tests pass, then commit")
-    assert result["terminal_reason"] == "completed", result
-    results = api.tool_results()
-    ids = [i[0] for i in api.sent_ids() if i]
-    assert len(results) == len(ids) == 10
-    assert not any(
-        "tripwire" in json.dumps(r) or "identical call" in json.dumps(r) for r in results.values()
-    )
-    # The story the results tell: the tests failed, then passed; the first commit failed.
-    assert results[ids[1]]["is_error"] and not results[ids[5]].get("is_error")
-    assert results[ids[7]]["is_error"] and not results[ids[9]].get("is_error")
-    log = subprocess.run(
-        ["git", "log", "--oneline"], cwd=box.project, capture_output=True, text=True
-    )
-    assert "Fix add and mul" in log.stdout
+    assert_healthy(box, api, result)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    run = replayed(box)
+    assert run["timeline"] == live_timeline(session) == "a" * 10
 
 
 def test_parallel_calls_of_one_response(box: Sandbox) -> None:
-    """Identical calls of one response are one action (as Guard.check_turn has it): neither
-    copy is refused. The same read asked again in the next response is a repeat."""
-    notes = box.project / "notes.txt"
-    notes.write_text("alpha\n")
-    other = box.project / "other.txt"
-    other.write_text("beta\n")
+    script = parallel_session(box)
     _install(box)
-    read = {"file_path": str(notes)}
-    script = [
-        [
-            tool_use("Read", read),
-            tool_use("Read", {"file_path": str(other)}),
-            tool_use("Read", dict(read)),
-        ],
-        [tool_use("Read", dict(read))],
-        [text("Read them.")],
-    ]
     with FakeMessagesAPI(script) as api:
         result = box.claude(api, "read the notes")
-    assert result["terminal_reason"] == "completed", result
-    results = api.tool_results()
-    (a, b, c), (d,), _ = api.sent_ids()
-    assert [results[i].get("is_error", False) for i in (a, b, c)] == [False, False, False]
-    assert results[d]["is_error"] and NUDGE in results[d]["content"]
+    assert_parallel(api, result)
     [session] = box.sessions()
     assert session["counts"]["nudges"] == 1 and session["counts"]["stops"] == 0
+    # Replay checks a response's calls as one turn (check_turn), as the hook did.
+    run = replayed(box)
+    assert (run["nudges"], run["reason"]) == (1, None)
 
 
 def test_seed_loop_through_serve(box: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,14 @@ The SDK runs Claude Code and calls these hooks in this process: the same protoco
 ``tripwire hook claude-code`` command (``tripwire.hooks.claude_code``), without a process or
 a state file per event. A nudged call is refused with the guard's message (the model reads
 it as the tool's error); a stop refuses the call and ends the run (the result message's
-``terminal_reason`` is ``"hook_stopped"``). Identical calls of one model response are one
-action, found as the command hook finds them. Anything that goes wrong inside tripwire allows
+``terminal_reason`` is ``"hook_stopped"``). Anything that goes wrong inside tripwire allows
 the call, with a warning on the ``tripwire.claude_agent`` logger.
+
+A limit: the command hook finds which calls came in one model response in the session's
+transcript, but the Claude Code the SDK drives writes it only after the hooks have run (2.1.332),
+and the hooks' input names no response. So identical calls *within one response* are checked
+one by one here (the second copy is refused, as a repeat would be); calls across responses are
+judged as by the command hook.
 
 One ``hooks(...)`` per run: its guard is that run's.
 """

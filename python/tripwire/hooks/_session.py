@@ -41,6 +41,23 @@ def _cut(value: object) -> str | None:
     return text[:TEXT_KEPT]
 
 
+def _well_formed(data: dict[str, Any]) -> bool:
+    """The fields the operations use, of the types they use (a record edited by hand or
+    damaged must not fail every hook of its session)."""
+    calls, counts, events = data.get("calls"), data.get("counts"), data.get("events")
+    return (
+        isinstance(calls, list)
+        and all(
+            isinstance(c, list) and len(c) == 7 and isinstance(c[2], int) and isinstance(c[1], str)
+            for c in calls
+        )
+        and isinstance(counts, dict)
+        and all(isinstance(counts.get(k), int) for k in ("calls", "nudges", "stops"))
+        and isinstance(events, list)
+        and isinstance(data.get("updated"), (int, float))
+    )
+
+
 class Outcome:
     """The answer to a check, in the guard's words (or ``allow`` with nothing to say)."""
 
@@ -88,7 +105,6 @@ class Session:
             "ended": None,
             "guard": None,
             "calls": [],
-            "response": None,
             "counts": {"calls": 0, "nudges": 0, "stops": 0},
             "events": [],
         }
@@ -116,6 +132,9 @@ class Session:
             return fresh
         if data.get("harness") != harness or data.get("session") != _cut(session_id):
             fresh.warnings.append("the session's state file is another session's")
+            return fresh
+        if not _well_formed(data):
+            fresh.warnings.append("the session's state file is damaged")
             return fresh
         session = cls(fresh.guard, data, [])
         snapshot = data.get("guard")
@@ -181,39 +200,39 @@ class Session:
         call_id: str | None,
         response: tuple[str, list[str]] | None = None,
     ) -> Outcome:
-        """The guard's verdict on one call. ``response``: the model response the call came
-        in, as the harness tells it (its id and the ids of the calls before this one in it).
-        A call identical to an earlier one of the same response (the same key) is the same
-        action, as in ``check_turn``: it gets that call's answer and is not counted again."""
+        """The guard's verdict on one call. A call identical (the same key) to another call
+        of its model response is one action with it, as in ``check_turn``: it gets that
+        call's answer and is not counted again. Which calls came in one response: those the
+        harness names in ``response`` (the response's id and its calls' ids), where it can
+        tell. (Not guessed from timing or from results still to come: a call that Claude
+        Code's own permissions refuse after the hook allowed it never reports a result, so
+        "its result is still to come" cannot mean "the same response".)"""
         if self.record.get("ended") is not None:
             self.record["ended"] = None  # a session resumed after its end
         call_id = _cut(call_id)
-        earlier: list[list[Any]] = []
-        if response is not None and call_id is not None:
-            response_id = _cut(response[0])
-            for other in response[1]:
-                found = self._find(other) if other != call_id else None
-                if found is not None and found[4] == response_id:
-                    earlier.append(found)
+        siblings = set(response[1]) if response is not None else set()
+        siblings.discard(call_id)
+        earlier = [call for call in self._calls() if call[0] in siblings]
         before = self.guard.snapshot(state_only=True) if earlier else None
         stopped_before = self.guard.stopped
         verdict = self.guard.check(tool, args, call_id=call_id)
+        response_id = _cut(response[0]) if response is not None else None
         for first in earlier:
             if first[1] == verdict.key:
                 assert before is not None
                 self.guard.load(before)  # not counted: one action with ``first``
                 outcome = Outcome(first[3], first[5], verdict.tool, None, self.guard.steps)
                 # A copy: its result is the first's, observed through the first.
-                self._remember([call_id, verdict.key, first[2], first[3], first[4], first[5], True])
+                self._remember(
+                    [call_id, verdict.key, first[2], first[3], response_id, first[5], True]
+                )
                 return outcome
         outcome = Outcome(
             verdict.action, verdict.message, verdict.tool, verdict.reason, self.guard.steps
         )
-        if call_id is not None:
-            response_id = _cut(response[0]) if response is not None else None
-            message = _cut(verdict.message)
-            call = [call_id, verdict.key, verdict.step, verdict.action, response_id, message, False]
-            self._remember(call)
+        message = _cut(verdict.message)
+        call = [call_id, verdict.key, verdict.step, verdict.action, response_id, message, False]
+        self._remember(call)
         self._note(outcome, stopped_before)
         return outcome
 
@@ -249,4 +268,3 @@ class Session:
         self.record["ended"] = time.time()
         self.record["guard"] = None
         self.record["calls"] = []
-        self.record["response"] = None
