@@ -421,3 +421,35 @@ def test_sessions_in_redis(env: dict[str, str], redis_url: str) -> None:
     assert (code, out) == (0, "") and "corrupt" in err
     client.close()
     assert not Path(env["TRIPWIRE_STATE_DIR"]).exists()
+
+
+def _imported(env: dict[str, str], argv: list[str], data: bytes) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], input=data, env=env, capture_output=True
+    )
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.decode().splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+def test_the_hook_imports_only_what_it_needs(env: dict[str, str]) -> None:
+    """A hook process runs per tool call: no replay, adapters, SDKs, argparse or
+    importlib.metadata (~40 ms) on its path, nor hashlib (OpenSSL) with the native core
+    (the reference hashes in Python)."""
+    data = json.dumps(pre("t1")).encode()
+    bare = _imported(env, ["-c", "pass"], b"")
+    hook = _imported(env, ["-m", "tripwire", "hook", "claude-code"], data) - bare
+    # The measurement sees the hook's imports (not the harness module's own line: it is
+    # imported by importlib.import_module, which -X importtime does not log).
+    assert "tripwire.hooks._store" in hook
+    heavy = {
+        name
+        for name in hook
+        if name.startswith(("tripwire.replay", "tripwire.adapters", "tripwire.cli", "redis"))
+        or name in {"importlib.metadata", "argparse", "tomllib"}
+        or (name in {"hashlib", "_hashlib"} and env["TRIPWIRE_IMPLEMENTATION"] == "native")
+        or name.startswith(("anthropic", "openai", "claude_agent_sdk", "agents", "langchain"))
+    }
+    assert heavy == set()

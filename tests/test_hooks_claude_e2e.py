@@ -240,5 +240,8 @@ def test_seed_loop_through_serve(box: Sandbox, monkeypatch: pytest.MonkeyPatch) 
     finally:
         server.shutdown()
         server.server_close()
-    # Nothing was written to the state directory but the secret.
-    assert sorted(os.listdir(box.state)) == ["serve-secret"]
+    # No guard state on disk: the secret, and the session's summary for `tripwire sessions`.
+    assert sorted(os.listdir(box.state)) == ["serve-secret", "sessions"]
+    [summary] = box.sessions()
+    assert summary["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+    assert summary["calls"] == [] and summary["ended"] is not None

@@ -45,6 +45,14 @@ _EPILOG = """\
 exit status: 0 fine; 1 a run was stopped (with --fail-on-loop); 2 bad usage;
 4 some input was bad and skipped (reported on stderr, the rest is reported); 5 = 1 and 4.
 """
+_TOP_EPILOG = (
+    _EPILOG
+    + """
+coding agents (Claude Code): tripwire install claude-code, tripwire sessions,
+tripwire serve, tripwire uninstall claude-code (each with --help); the hook itself:
+tripwire hook claude-code.
+"""
+)
 
 _REPLAY_HELP = """\
 Replays recorded agent runs through the loop guard: where it would have nudged and
@@ -114,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tripwire",
         description="Loop guard for AI agents.",
-        epilog=_EPILOG,
+        epilog=_TOP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -6,8 +6,14 @@ A harness module (``tripwire.hooks.<harness>``, registered in ``tripwire.hooks``
 - ``parse(event: dict) -> Request``: the harness's event as one of the guard's operations;
 - ``answer(request, outcome) -> dict | None``: the JSON the harness reads on stdout (or as
   the HTTP response), ``None`` for nothing (the call goes ahead as the harness would have it);
-- ``settings_file(scope, project)``, ``add_hooks(settings, command, http)`` and
-  ``remove_hooks(settings)``: what ``tripwire install`` / ``uninstall`` write.
+- ``settings_file(scope, project)``, ``add_hooks(settings, command, url)`` and
+  ``remove_hooks(settings)``: what ``tripwire install`` / ``uninstall`` write (settings as a
+  JSON object; a harness whose settings are TOML needs a reader and writer beside them in
+  ``tripwire.hooks.install``); optionally ``SECRET_VARIABLE``, the environment variable its
+  ``http`` hooks take ``serve``'s secret from.
+
+The session store, ``serve``, ``sessions`` and the fail-open ``hook`` command are shared: a
+new harness is its module and one line in ``tripwire.hooks.HARNESSES``.
 """
 
 from __future__ import annotations

@@ -115,6 +115,19 @@ class FileStore:
                 continue
         return removed
 
+    def keep_summary(self, record: dict[str, Any]) -> None:
+        """Writes a session's record without its guard (``serve`` keeps its guards in
+        memory; ``tripwire sessions`` reads the summaries here)."""
+        _private_dir(self.root)
+        _private_dir(self.dir)
+        path = self._path(str(record["harness"]), str(record["session"]))
+        lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o600)
+        try:
+            _lock(lock, path)
+            _write(path + ".json", {**record, "guard": None, "calls": []})
+        finally:
+            os.close(lock)
+
     def records(self) -> list[dict[str, Any]]:
         """Every session's record that can be read, newest first."""
         found: list[dict[str, Any]] = []
@@ -188,10 +201,19 @@ class MemoryStore:
     """Sessions held in memory by ``serve``: the guards live, one lock per session; sessions
     untouched for the TTL are dropped as new ones come."""
 
-    def __init__(self, ttl_hours: float, make_guard: Callable[[], Any], limit: int = 10_000):
+    def __init__(
+        self,
+        ttl_hours: float,
+        make_guard: Callable[[], Any],
+        limit: int = 10_000,
+        summaries: FileStore | None = None,
+    ) -> None:
         self.ttl = ttl_hours * 3600.0
         self.make_guard = make_guard
         self.limit = limit
+        # Where a session's record goes, without its guard, when it is nudged, stopped or
+        # ended: what ``tripwire sessions`` lists.
+        self.summaries = summaries
         self._lock = threading.Lock()
         self._sessions: dict[tuple[str, str], tuple[threading.Lock, Session]] = {}
 
@@ -205,8 +227,15 @@ class MemoryStore:
                 entry = (threading.Lock(), Session.new(self.make_guard, harness, session_id))
                 self._sessions[key] = entry
         with entry[0]:
+            record = entry[1].record
+            seen = (len(record["events"]), record["events"][-1:], record.get("ended"))
             yield entry[1]
-            entry[1].record["updated"] = time.time()
+            record["updated"] = time.time()
+            now = (len(record["events"]), record["events"][-1:], record.get("ended"))
+            if self.summaries is not None and now != seen:
+                # The summary is for people: the verdict does not wait on it.
+                with contextlib.suppress(OSError):
+                    self.summaries.keep_summary(record)
 
     def _sweep(self) -> None:
         cutoff = time.time() - self.ttl

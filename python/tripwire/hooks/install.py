@@ -142,8 +142,9 @@ def installed(
         result: dict[str, Any] = protocol.add_hooks(settings, command, url)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
-    if url is not None and secret is not None:
-        result = _with_secret(result, protocol.SECRET_VARIABLE, secret)
+    variable = getattr(protocol, "SECRET_VARIABLE", None)
+    if url is not None and secret is not None and variable is not None:
+        result = _with_secret(result, variable, secret)
     return result
 
 
@@ -151,8 +152,9 @@ def uninstalled(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     protocol = harness(name)
     result: dict[str, Any] = protocol.remove_hooks(settings)
     env = settings.get("env")
-    if isinstance(env, dict) and protocol.SECRET_VARIABLE in env:
-        result = _with_secret(result, protocol.SECRET_VARIABLE, None)
+    variable = getattr(protocol, "SECRET_VARIABLE", None)
+    if isinstance(env, dict) and variable is not None and variable in env:
+        result = _with_secret(result, variable, None)
     return result
 
 

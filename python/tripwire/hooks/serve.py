@@ -2,7 +2,9 @@
 
 Claude Code's ``http`` hooks POST each event to ``/hooks/<harness>`` and read the answer from
 the response body, as a ``command`` hook's stdout. Verdicts are the command hook's: the same
-``tripwire.hooks.handle``, over sessions kept in memory (``MemoryStore``) instead of files.
+``tripwire.hooks.handle``, over sessions kept in memory (``MemoryStore``) instead of files. A
+session nudged, stopped or ended has its record (not its guard) written to the state directory,
+for ``tripwire sessions``.
 
 Nothing gets in: it binds 127.0.0.1 unless told otherwise; a request without the secret
 header (``X-Tripwire-Secret``, compared in constant time) gets 401 and touches nothing; a body
@@ -21,8 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
 from tripwire.hooks import HARNESSES, handle, harness
-from tripwire.hooks._config import load_settings
-from tripwire.hooks._store import MemoryStore
+from tripwire.hooks._config import load_settings, state_dir
+from tripwire.hooks._store import FileStore, MemoryStore
 
 MAX_BODY: Final = 8 * 1024 * 1024
 SECRET_HEADER: Final = "X-Tripwire-Secret"
@@ -122,7 +124,8 @@ def make_server(host: str = "127.0.0.1", port: int = 0, key: str | None = None) 
     settings = load_settings()
     for warning in settings.warnings:
         _log(warning)
-    store = MemoryStore(settings.ttl_hours, settings.make_guard)
+    summaries = FileStore(state_dir(), settings.ttl_hours, settings.make_guard)
+    store = MemoryStore(settings.ttl_hours, settings.make_guard, summaries=summaries)
     return HookServer(host, port, key if key is not None else secret(), store)
 
 
