@@ -39,26 +39,26 @@ PYTHON = sys.executable
 SCRIPT = str(Path(PYTHON).with_name("tripwire"))
 
 
-def events(n: int) -> list[tuple[str, dict[str, Any]]]:
-    """A session's events in the order Claude Code sends them: a prompt, then per call a
-    PreToolUse and a PostToolUse (distinct reads: every call allowed, the window full)."""
+def events(n: int, sessions: int = 5) -> list[tuple[str, dict[str, Any]]]:
+    """Sessions' events in the order Claude Code sends them: a prompt, then per call a
+    PreToolUse and a PostToolUse (distinct reads: every call allowed, the window full);
+    ``n`` calls over ``sessions`` sessions (the first event of each makes its state)."""
     out: list[tuple[str, dict[str, Any]]] = []
-    base = {"session_id": "bench-session", "transcript_path": "/nonexistent", "cwd": "/work"}
-    out.append(
-        ("UserPromptSubmit", {**base, "hook_event_name": "UserPromptSubmit", "prompt": "go"})
-    )
-    for i in range(n):
-        call = {
-            **base,
-            "tool_name": "Read",
-            "tool_input": {"file_path": f"/work/src/module_{i}.py"},
-            "tool_use_id": f"toolu_bench{i:05d}",
-        }
-        out.append(("PreToolUse", {**call, "hook_event_name": "PreToolUse"}))
-        result = {"type": "text", "file": {"content": f"line {i}\n" * 20}}
-        out.append(
-            ("PostToolUse", {**call, "hook_event_name": "PostToolUse", "tool_response": result})
-        )
+    for session in range(sessions):
+        base = {"session_id": f"bench-{session}", "transcript_path": "/nonexistent", "cwd": "/w"}
+        prompt = {**base, "hook_event_name": "UserPromptSubmit", "prompt": "go"}
+        out.append(("UserPromptSubmit", prompt))
+        for i in range(n // sessions):
+            call = {
+                **base,
+                "tool_name": "Read",
+                "tool_input": {"file_path": f"/work/src/module_{i}.py"},
+                "tool_use_id": f"toolu_bench{session}_{i:05d}",
+            }
+            out.append(("PreToolUse", {**call, "hook_event_name": "PreToolUse"}))
+            result = {"type": "text", "file": {"content": f"line {i}\n" * 20}}
+            done = {**call, "hook_event_name": "PostToolUse", "tool_response": result}
+            out.append(("PostToolUse", done))
     return out
 
 
