@@ -268,6 +268,17 @@ def test_an_unusable_state_directory_allows_the_call(env: dict[str, str], tmp_pa
     assert_failed_open(*hook(env, pre("t1")), "the call is allowed")
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever a directory's mode")
+def test_a_read_only_state_directory_allows_the_call(env: dict[str, str]) -> None:
+    _state_file(env)
+    sessions = Path(env["TRIPWIRE_STATE_DIR"]) / "sessions"
+    sessions.chmod(0o500)
+    try:
+        assert_failed_open(*hook(env, pre("t2", session="another")), "the call is allowed")
+    finally:
+        sessions.chmod(0o700)
+
+
 def test_missing_redis_allows_the_call(env: dict[str, str]) -> None:
     code, out, err = hook(env, pre("t1"), "--redis", "redis://127.0.0.1:9/0")
     assert_failed_open(code, out, err, "the call is allowed")

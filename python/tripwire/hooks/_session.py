@@ -128,13 +128,17 @@ class Session:
         if data is None:
             return fresh
         if data.get("format") != FORMAT or data.get("version") != VERSION:
-            fresh.warnings.append("the session's state file is of another format or version")
+            fresh.warnings.append(
+                "the session's state file is of another format or version; a fresh guard is used"
+            )
             return fresh
         if data.get("harness") != harness or data.get("session") != _cut(session_id):
-            fresh.warnings.append("the session's state file is another session's")
+            fresh.warnings.append(
+                "the session's state file is another session's; a fresh guard is used"
+            )
             return fresh
         if not _well_formed(data):
-            fresh.warnings.append("the session's state file is damaged")
+            fresh.warnings.append("the session's state file is damaged; a fresh guard is used")
             return fresh
         session = cls(fresh.guard, data, [])
         snapshot = data.get("guard")
@@ -142,7 +146,9 @@ class Session:
             try:
                 session.guard.load(base64.b64decode(snapshot, validate=True))
             except Exception as exc:
-                session.warnings.append(f"the session's guard state is unusable ({exc})")
+                session.warnings.append(
+                    f"the session's guard state is unusable ({exc}); a fresh guard is used"
+                )
                 session.guard = make_guard()
                 data["calls"] = []
         return session
