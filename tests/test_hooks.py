@@ -464,3 +464,31 @@ def test_the_hook_imports_only_what_it_needs(env: dict[str, str]) -> None:
         or name.startswith(("anthropic", "openai", "claude_agent_sdk", "agents", "langchain"))
     }
     assert heavy == set()
+
+
+def _peak_rss_mb(env: dict[str, str], event: bytes, tmp_path: Path) -> float:
+    """The hook's peak resident memory, measured by a parent of its own that never holds
+    the event (a forked child's peak counts its parent's pages until it execs)."""
+    path = tmp_path / "event.json"
+    path.write_bytes(event)
+    probe = (
+        "import resource, subprocess, sys\n"
+        "with open(sys.argv[1], 'rb') as event:\n"
+        "    done = subprocess.run([sys.executable, '-m', 'tripwire', 'hook', 'claude-code'],"
+        " stdin=event, capture_output=True)\n"
+        "assert done.returncode == 0 and done.stdout == b'', done\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], env=env, capture_output=True, check=True
+    )
+    return float(done.stdout)
+
+
+def test_hostile_events_take_bounded_memory(env: dict[str, str], tmp_path: Path) -> None:
+    """Megabytes of tool_input: under the bound (8 MiB) it is checked, over it not even read
+    whole: a 64 MiB event costs the hook no more than a 7 MiB one."""
+    small = _peak_rss_mb(env, json.dumps(pre("t0")).encode(), tmp_path)
+    big = _peak_rss_mb(env, json.dumps(pre("t1", content="x" * (7 << 20))).encode(), tmp_path)
+    huge = _peak_rss_mb(env, json.dumps(pre("t2", content="x" * (64 << 20))).encode(), tmp_path)
+    assert big < small + 80 and huge < small + 30, (small, big, huge)
