@@ -26,9 +26,9 @@ from typing import Any, Final
 
 FORMAT: Final = "tripwire-hook-session"
 VERSION: Final = 1
-# Calls remembered per session (beyond the guard's window nothing needs them); nudges and
-# stops remembered for ``tripwire sessions``.
-CALLS_KEPT: Final = 256
+# Calls remembered per session: as many as the guard remembers call ids (an older call's
+# result could not be observed). Nudges and stops remembered for ``tripwire sessions``.
+CALLS_KEPT: Final = 128
 EVENTS_KEPT: Final = 20
 # Text from the harness kept in a record is cut to this (ids, paths, tool names).
 TEXT_KEPT: Final = 512

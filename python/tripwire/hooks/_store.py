@@ -32,7 +32,7 @@ try:
 except ImportError:
     from _sha256 import sha256  # type: ignore[import-not-found, no-redef, unused-ignore]
 
-# A record is small (a window of keys, 256 call ids); anything bigger is not ours.
+# A record is small (~20 KB: a window of keys, 128 calls); anything over 1 MiB is not ours.
 MAX_RECORD: Final = 1 << 20
 # How long a hook waits for another hook of the same session before it gives up (and
 # allows the call): well inside Claude Code's hook timeout.
