@@ -4,6 +4,7 @@ the replay machinery that ``tripwire.cli`` imports."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -15,7 +16,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["hook"]:
         from tripwire.hooks.commands import hook
 
-        return hook(args[1:])
+        code = hook(args[1:])
+        if argv is None:
+            # The process is the hook's own, its answer written and its files closed: end it
+            # without the interpreter's teardown (module and GC finalisation, ~3.5 ms of a
+            # ~30 ms hook).
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        return code
     if args[:1] and args[0] in _HOOK_COMMANDS:
         from tripwire.hooks.commands import main as hooks_main
 

@@ -19,7 +19,7 @@ or whose guard was made with other settings starts a fresh guard, with a warning
 
 from __future__ import annotations
 
-import base64
+import binascii
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -144,7 +144,8 @@ class Session:
         snapshot = data.get("guard")
         if snapshot is not None:
             try:
-                session.guard.load(base64.b64decode(snapshot, validate=True))
+                # binascii, not base64: base64 imports struct and re-checks what this does.
+                session.guard.load(binascii.a2b_base64(snapshot, strict_mode=True))
             except Exception as exc:
                 session.warnings.append(
                     f"the session's guard state is unusable ({exc}); a fresh guard is used"
@@ -157,7 +158,7 @@ class Session:
         self.record["updated"] = time.time()
         if self.record.get("ended") is None:
             snapshot = self.guard.snapshot(state_only=True)
-            self.record["guard"] = base64.b64encode(snapshot).decode("ascii")
+            self.record["guard"] = binascii.b2a_base64(snapshot, newline=False).decode("ascii")
         return self.record
 
     # -- the operations ---------------------------------------------------------------------
