@@ -101,3 +101,28 @@ def test_parallel_calls_through_the_sdk(box: Sandbox) -> None:
     (a, b), (c,), _ = api.sent_ids()
     assert not results[a].get("is_error") and not results[b].get("is_error")
     assert results[c]["is_error"] and NUDGE in results[c]["content"]
+
+
+def test_subagents_are_runs_of_their_own() -> None:
+    """The adapter's callback as the SDK calls it: a subagent's calls (with agent_id) get a
+    guard of their own, configured as the run's; SubagentStop lets it go."""
+    from tripwire.adapters import claude_agent
+
+    guard = tripwire.Guard(nudge_at=2, stop_at=3)
+    [matcher] = claude_agent.hooks(guard)["PreToolUse"]
+    callback = matcher.hooks[0]
+    read = {"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Read"}
+    read["tool_input"] = {"file_path": "/a"}
+    sub = {"agent_id": "ag1", "agent_type": "general-purpose"}
+
+    def decide(event: dict[str, Any], call_id: str) -> str:
+        reply = asyncio.run(callback(event, call_id, {"signal": None}))  # type: ignore[arg-type]
+        return str(reply.get("hookSpecificOutput", {}).get("permissionDecision", "allow"))
+
+    assert decide(read, "t1") == "allow"
+    assert decide({**read, **sub}, "t2") == "allow"
+    assert decide({**read, **sub}, "t3") == "deny"
+    assert guard.steps == 1
+    end = {"hook_event_name": "SubagentStop", "session_id": "s", **sub}
+    assert asyncio.run(callback(end, None, {"signal": None})) == {}  # type: ignore[arg-type]
+    assert decide({**read, **sub}, "t4") == "allow"  # a new subagent run of that id

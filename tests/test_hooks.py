@@ -149,6 +149,20 @@ def test_session_end_keeps_the_summary_only(env: dict[str, str]) -> None:
     assert "claude-code  s1  ended  calls 2  nudges 1  stops 0" in listing.stdout
 
 
+def test_a_subagent_is_a_run_of_its_own(env: dict[str, str]) -> None:
+    """A subagent reading what the main agent read is not repeating itself; its own
+    repeats are. SubagentStop ends its run, not the session's."""
+    sub = {"agent_id": "a1b2c3", "agent_type": "general-purpose"}
+    assert decision(hook(env, pre("t1"))[1]) == "allow"
+    assert decision(hook(env, {**pre("t2"), **sub})[1]) == "allow"
+    assert decision(hook(env, {**pre("t3"), **sub})[1]) == "nudge"
+    stop = {"hook_event_name": "SubagentStop", "session_id": "s1", **sub}
+    assert hook(env, stop)[:2] == (0, "")
+    assert decision(hook(env, pre("t4"))[1]) == "nudge"  # the main agent's second read
+    by_session = {r["session"]: r for r in records(env)}
+    assert by_session["s1/a1b2c3"]["ended"] and not by_session["s1"]["ended"]
+
+
 def test_other_events_are_ignored(env: dict[str, str]) -> None:
     for event in ({"hook_event_name": "Notification", "session_id": "s1"}, {"hook_event_name": 5}):
         assert hook(env, event) == (0, "", "")

@@ -44,7 +44,14 @@ REAL_SETTINGS: dict[str, Any] = {
     },
     "includeCoAuthoredBy": False,
 }
-EVENTS = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "SessionEnd")
+EVENTS = (
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "UserPromptSubmit",
+    "SubagentStop",
+    "SessionEnd",
+)
 
 
 @pytest.fixture

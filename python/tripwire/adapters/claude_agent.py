@@ -43,7 +43,13 @@ __all__ = ("hooks",)
 log = logging.getLogger("tripwire.claude_agent")
 
 # The SDK's events tripwire answers (it has no SessionEnd: the guard ends with the run).
-EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "UserPromptSubmit")
+EVENTS: Final = (
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "UserPromptSubmit",
+    "SubagentStop",
+)
 
 
 def hooks(guard: Any = None) -> dict[str, list[HookMatcher]]:
@@ -51,6 +57,25 @@ def hooks(guard: Any = None) -> dict[str, list[HookMatcher]]:
     ``tripwire.Guard()`` when none is given)."""
     guard = tripwire.Guard() if guard is None else guard
     session = Session.new(lambda: guard, claude_code.NAME, "claude-agent-sdk")
+    # Each subagent's calls are a run of their own (as for the command hook), with a guard
+    # configured as this one.
+    subagents: dict[str, Session] = {}
+
+    def session_of(request: Any) -> Session:
+        _, _, agent = request.session.partition("/")
+        if not agent:
+            return session
+        if agent not in subagents:
+
+            def like_guard() -> Any:
+                twin = type(guard).from_snapshot(guard.snapshot())
+                twin.reset()
+                return twin
+
+            subagents[agent] = Session.new(like_guard, claude_code.NAME, request.session)
+        if request.kind == "end":
+            return subagents.pop(agent)
+        return subagents[agent]
 
     async def callback(event: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         try:
@@ -60,7 +85,7 @@ def hooks(guard: Any = None) -> dict[str, list[HookMatcher]]:
             request = claude_code.parse(event)
             if request.kind == "ignore":
                 return {}
-            reply = claude_code.answer(request, apply(session, request))
+            reply = claude_code.answer(request, apply(session_of(request), request))
         except Exception as exc:
             log.warning("tripwire: %s: %s; the call is allowed", type(exc).__name__, exc)
             return {}

@@ -11,6 +11,11 @@ Events (JSON on stdin for ``command`` hooks, the POST body for ``http`` hooks):
 - ``PostToolUse`` (``tool_response``) and ``PostToolUseFailure`` (``error``) -> ``observe``.
 - ``UserPromptSubmit`` -> ``user_message``; ``SessionEnd`` -> ``end``.
 
+**Subagents.** A call made inside a subagent (the Agent/Task tool) carries its ``agent_id``:
+it is guarded as a run of its own (``<session_id>/<agent_id>``), as ``tripwire replay`` takes a
+transcript's subagent lines for a run of their own; a subagent re-reading what its parent read
+is not repeating itself. ``SubagentStop`` ends that run.
+
 **Calls of one model response.** Claude Code asks the hook once per call, the hooks of
 parallel calls at once. Which calls came in one response is read from the session's
 transcript (``transcript_path``): the lines of one API response share ``message.id``. Only
@@ -39,6 +44,7 @@ EVENTS: Final = (
     "PostToolUse",
     "PostToolUseFailure",
     "UserPromptSubmit",
+    "SubagentStop",
     "SessionEnd",
 )
 # Events whose hooks take a tool matcher.
@@ -64,10 +70,13 @@ def parse(event: dict[str, Any]) -> Request:
         return Request("ignore")
     session = text_field(event, "session_id")
     assert session is not None
+    agent = event.get("agent_id")
+    if isinstance(agent, str) and agent:
+        session = f"{session}/{agent}"  # a subagent's calls are a run of their own
     cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
     if name == "UserPromptSubmit":
         return Request("user", session, cwd=cwd)
-    if name == "SessionEnd":
+    if name in ("SessionEnd", "SubagentStop"):
         return Request("end", session, cwd=cwd)
     tool = text_field(event, "tool_name")
     assert tool is not None
