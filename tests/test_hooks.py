@@ -203,8 +203,13 @@ def test_abandoned_sessions_expire(env: dict[str, str]) -> None:
     [old] = (Path(env["TRIPWIRE_STATE_DIR"]) / "sessions").glob("*.json")
     week_ago = time.time() - 8 * 24 * 3600
     os.utime(old, (week_ago, week_ago))
+    # A record half written by a hook that was killed, long ago.
+    left = old.with_name(old.name + ".4242.1.tmp")
+    left.write_text("{")
+    os.utime(left, (week_ago, week_ago))
     hook(env, pre("t1", session="new"))
     assert [r["session"] for r in records(env)] == ["new"]
+    assert not left.exists()
 
 
 def test_parallel_hooks_lose_no_call(env: dict[str, str]) -> None:

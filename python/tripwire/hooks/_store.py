@@ -37,6 +37,8 @@ MAX_RECORD: Final = 1 << 20
 # How long a hook waits for another hook of the same session before it gives up (and
 # allows the call): well inside Claude Code's hook timeout.
 LOCK_WAIT: Final = 5.0
+# A temporary file this old was left by a hook that died before its rename.
+STALE_TEMPORARY: Final = 3600.0
 _OPEN_FLAGS: Final = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -101,9 +103,15 @@ class FileStore:
         except OSError:
             return 0
         for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(".tmp"):
+                # A record half written by a hook that was killed (its rename never came).
+                with contextlib.suppress(OSError):
+                    if os.lstat(path).st_mtime < time.time() - STALE_TEMPORARY:
+                        os.unlink(path)
+                continue
             if not name.endswith(".json"):
                 continue
-            path = os.path.join(self.dir, name)
             try:
                 if os.lstat(path).st_mtime >= cutoff:
                     continue
