@@ -511,3 +511,27 @@ def test_hostile_events_take_bounded_memory(env: dict[str, str], tmp_path: Path)
     big = _peak_rss_mb(env, json.dumps(pre("t1", content="x" * (7 << 20))).encode(), tmp_path)
     huge = _peak_rss_mb(env, json.dumps(pre("t2", content="x" * (64 << 20))).encode(), tmp_path)
     assert big < small + 80 and huge < small + 30, (small, big, huge)
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("redis://127.0.0.1:6379/0", ("127.0.0.1", 6379, None, None, "0")),
+        ("redis://cache", ("cache", 6379, None, None, "")),
+        ("redis://:pw@cache:6380/2", ("cache", 6380, None, "pw", "2")),
+        ("redis://user:p%40ss@cache", ("cache", 6379, "user", "p@ss", "")),
+        ("redis://[::1]:7000/3", ("::1", 7000, None, None, "3")),
+    ],
+)
+def test_redis_urls(url: str, parsed: tuple[Any, ...]) -> None:
+    from tripwire.hooks._redis import parse_url
+
+    assert parse_url(url) == parsed
+
+
+@pytest.mark.parametrize("url", ["http://cache", "redis://cache:port", "cache:6379"])
+def test_bad_redis_urls(url: str) -> None:
+    from tripwire.hooks._redis import parse_url
+
+    with pytest.raises(ValueError, match="--redis"):
+        parse_url(url)
