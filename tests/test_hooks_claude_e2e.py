@@ -245,3 +245,26 @@ def test_seed_loop_through_serve(box: Sandbox, monkeypatch: pytest.MonkeyPatch) 
     [summary] = box.sessions()
     assert summary["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
     assert summary["calls"] == [] and summary["ended"] is not None
+
+
+def test_a_failing_command_retried_unchanged(box: Sandbox) -> None:
+    """The same shell command failing the same way (PostToolUseFailure observed each time):
+    a shell command may change the world, so it gets one more than a read: the third is
+    refused, the fourth ends the run."""
+    (box.project / "app.py").write_text("import sys\nsys.exit('KeyError: config')\n")
+    _install(box)
+    run = {"command": "python3 app.py", "description": "Run the app"}
+    script = [[tool_use("Bash", dict(run))] for _ in range(4)] + [[text("It fails.")]]
+    with FakeMessagesAPI(script) as api:
+        result = box.claude(api, "run the app")
+    assert result["terminal_reason"] == "hook_stopped", result
+    ids = [i[0] for i in api.sent_ids() if i]
+    results = api.tool_results()
+    assert [bool(results[i]["is_error"]) for i in ids[:3]] == [True, True, True]
+    assert "KeyError: config" in results[ids[1]]["content"]
+    assert "third identical call to Bash" in results[ids[2]]["content"]
+    assert "failed" in results[ids[2]]["content"]  # the guard saw the failures
+    assert ids[3] not in results
+    [session] = box.sessions()
+    assert session["counts"] == {"calls": 4, "nudges": 1, "stops": 1}
+    assert replayed(box)["timeline"] == live_timeline(session) == "aans"
