@@ -100,10 +100,13 @@ def parse(event: dict[str, Any]) -> Request:
 
 def _human(outcome: Outcome) -> str:
     message = outcome.message or "the run was stopped"
-    if message.startswith("Stopped ("):
-        message = message.split(": ", 1)[-1]
+    said = outcome.reason
+    if message.startswith("Stopped (") and "): " in message:
+        # The guard's stop message names its reason: "Stopped (loop_detected): ...".
+        head, message = message.split(": ", 1)
+        said = said or head[len("Stopped (") : -1]
     message = message.rstrip(".")
-    reason = f"{outcome.reason}, " if outcome.reason else ""
+    reason = f"{said}, " if said else ""
     return (
         f"tripwire stopped the agent: {message} ({reason}{outcome.steps} tool calls checked "
         "in this session; `tripwire sessions` lists it)"
