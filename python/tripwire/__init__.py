@@ -52,13 +52,21 @@ else:  # the same API, typed by the reference's own annotations
         canonical_json,
     )
 
-__version__: str
-try:
-    from importlib.metadata import version as _version
 
-    __version__ = _version("tripwire")
-except Exception:  # pragma: no cover - running from a source tree without metadata
-    __version__ = "0+unknown"
+def __getattr__(name: str) -> str:
+    # ``__version__`` is read from the package metadata when first asked for: importing
+    # importlib.metadata costs ~40 ms, which a hook process run per tool call cannot pay.
+    if name != "__version__":
+        raise AttributeError(f"module 'tripwire' has no attribute {name!r}")
+    try:
+        from importlib.metadata import version
+
+        value = version("tripwire")
+    except Exception:  # pragma: no cover - running from a source tree without metadata
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value
+
 
 __all__ = (
     "DEFAULT_VOLATILE_KEYS",

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tripwire.cli import main
+from tripwire._entry import main
 
 raise SystemExit(main())

@@ -6,11 +6,24 @@ itself (tuples, subclasses, non-``str`` keys, Decimal, ...).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hashlib import sha256 as sha256
+else:
+
+    def sha256(data):
+        """``hashlib.sha256``, imported on first use: importing hashlib loads OpenSSL
+        (~3 ms), which a hook process that never hashes in Python (the native core does)
+        need not pay. The first call rebinds the name; later calls go straight to it."""
+        global sha256
+        from hashlib import sha256
+
+        return sha256(data)
+
 
 DEFAULT_VOLATILE_KEYS: frozenset[str] = frozenset(
     {"request_id", "trace_id", "timestamp", "now", "nonce", "idempotency_key"}
@@ -132,7 +145,7 @@ def canonical_json(name: str, args: Any, /, *, volatile_keys: Iterable[Any] | No
 
 def call_key(name: str, args: Any, /, *, volatile_keys: Iterable[Any] | None = None) -> str:
     """16 hex digits of SHA-256 over ``canonical_json(name, args)``."""
-    digest = hashlib.sha256(canonical_json(name, args, volatile_keys=volatile_keys))
+    digest = sha256(canonical_json(name, args, volatile_keys=volatile_keys))
     return digest.hexdigest()[:16]
 
 
@@ -143,7 +156,7 @@ def verbatim_key(name: str, args: Any, volatile: frozenset[Any]) -> str:
     check_name(name)
     normalised = normalise_at(args, volatile, 0, False)
     payload = _dumps({"tool": name, "args": normalised}).encode()
-    return hashlib.sha256(payload).hexdigest()[:16]
+    return sha256(payload).hexdigest()[:16]
 
 
 def verbatim_key_json(name: str, text: str | bytes | bytearray, volatile: frozenset[Any]) -> str:
@@ -220,7 +233,7 @@ def invalid_json_key(name: str, text: str | bytes | bytearray, collapse: bool = 
         text = bytes(text).decode("utf-8", "surrogateescape")
     raw = " ".join(text.split()) if collapse else text
     payload = _dumps({"tool": name, "invalid_args": raw}).encode()
-    return hashlib.sha256(payload).hexdigest()[:16]
+    return sha256(payload).hexdigest()[:16]
 
 
 # What ``Guard.check_json`` answers with a verdict keyed by the raw text instead of raising:

@@ -55,12 +55,12 @@ observed" shortcut. Anything that does not parse, or breaks one of the bounds ab
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from tripwire import _keys
 from tripwire._keys import DEFAULT_VOLATILE_KEYS
 from tripwire._policy import POLICIES, Policy, ToolPolicy, check_int
 
@@ -144,7 +144,7 @@ def _written_policy(policy: ToolPolicy) -> list[Any]:
 
 
 def config_digest(config: bytes) -> bytes:
-    return hashlib.sha256(config).digest()[:8]
+    return _keys.sha256(config).digest()[:8]
 
 
 # The configuration's fields, as written and read back (one list: the slots are these too).

@@ -55,6 +55,14 @@ exit status:
      problem is on stderr with file and line, skipped; the report covers the rest
   5  both 1 and 4
 """
+_TOP_EPILOG = (
+    _EPILOG
+    + """
+coding agents (Claude Code): tripwire install claude-code, tripwire sessions,
+tripwire serve, tripwire uninstall claude-code (each with --help); the hook itself:
+tripwire hook claude-code.
+"""
+)
 
 _REPLAY_HELP = """\
 Replays recorded agent runs through the loop guard: where it would have nudged and
@@ -124,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tripwire",
         description="Loop guard for AI agents.",
-        epilog=_EPILOG,
+        epilog=_TOP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

@@ -14,6 +14,9 @@ Where a framework owns the loop, the adapter goes where it lets code in:
   whose guard lives in the agent's state; ``pip install 'tripwire[langchain]'``.
 - ``tripwire.adapters.mcp``: a guard in front of an MCP ``ClientSession.call_tool``, with
   policies from the server's tool annotations; ``pip install 'tripwire[mcp]'``.
+- ``tripwire.adapters.claude_agent``: the Claude Agent SDK, its hooks
+  (``ClaudeAgentOptions(hooks=claude_agent.hooks(Guard()))``), the protocol of
+  ``tripwire hook claude-code`` in process; ``pip install 'tripwire[claude]'``.
 
 Each nudge and stop they get is recorded by ``tripwire.telemetry`` where OpenTelemetry is
 installed.

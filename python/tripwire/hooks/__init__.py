@@ -1,0 +1,67 @@
+"""tripwire in coding-agent CLIs that ask a hook before each tool call (DESIGN.md §6).
+
+One module per harness protocol (``tripwire.hooks.<harness>``, registered in ``HARNESSES``;
+what it defines: ``tripwire.hooks._protocol``), over shared machinery: the session and its
+guard (``_session``), where sessions live (``_store``: files, or memory for ``serve``), the
+settings (``_config``), the HTTP server (``serve``), and the commands (``commands``).
+
+This package is imported by every hook process: it imports only what a hook needs (no
+replay, adapters, SDKs or ``importlib.metadata``). ``handle`` is the one path from an event
+to an answer, for ``tripwire hook`` and ``tripwire serve`` alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any, Final, Protocol
+
+from tripwire.hooks._protocol import Request
+from tripwire.hooks._session import Outcome, Session
+
+# Harness name -> its module. A new harness is one module and one line here.
+HARNESSES: Final = {"claude-code": "tripwire.hooks.claude_code"}
+
+
+class Store(Protocol):
+    def session(self, harness: str, session_id: str) -> Any: ...
+
+
+def harness(name: str) -> ModuleType:
+    module = HARNESSES.get(name)
+    if module is None:
+        known = ", ".join(sorted(HARNESSES))
+        raise ValueError(f"unknown harness {name!r} (known: {known})")
+    return importlib.import_module(module)
+
+
+def apply(session: Session, request: Request) -> Outcome | None:
+    """One operation on a session."""
+    if request.cwd is not None:
+        session.record["cwd"] = request.cwd[:512]
+    if request.kind == "check":
+        response = request.response() if request.response is not None else None
+        return session.check(request.tool, request.args, request.call_id, response)
+    if request.kind == "observe":
+        session.observe(request.tool, request.args, request.call_id, request.result, request.error)
+    elif request.kind == "user":
+        session.user_message()
+    elif request.kind == "end":
+        session.end()
+    return None
+
+
+def handle(
+    protocol: ModuleType, event: Any, store: Store
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The answer to one event (``None``: nothing to say), and the warnings to report."""
+    if not isinstance(event, dict):
+        raise ValueError(f"the event is a JSON {type(event).__name__}, not an object")
+    request: Request = protocol.parse(event)
+    if request.kind == "ignore":
+        return None, []
+    with store.session(protocol.NAME, request.session) as session:
+        outcome = apply(session, request)
+        warnings = list(session.warnings)
+        session.warnings.clear()
+    return protocol.answer(request, outcome), warnings
