@@ -673,11 +673,13 @@ impl Guard {
         args: &Bound<'_, PyAny>,
         text: bool,
     ) -> PyResult<Option<Question>> {
-        let told = guard_helpers(py)?.question_of.bind(py).call1((
+        let helpers = guard_helpers(py)?;
+        let told = helpers.question_of.bind(py).call1((
             name,
             args,
             text,
             self.config.volatile.set(py),
+            helpers.native_call_key.bind(py),
         ))?;
         let told: Option<(String, String)> = told.extract()?;
         told.map(|(raw, shape)| {

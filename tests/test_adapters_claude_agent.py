@@ -60,13 +60,15 @@ def test_seed_loop_through_the_sdk(box: Sandbox) -> None:
     with FakeMessagesAPI(seed_loop(box)) as api:
         result = run_sdk(box, api, guard)
     assert result is not None and result.terminal_reason == "hook_stopped", result
-    first, second, third = (ids[0] for ids in api.sent_ids())
+    first, second, third, fourth = (ids[0] for ids in api.sent_ids())
     results = api.tool_results()
     assert not results[first].get("is_error")
     assert results[second]["is_error"] and NUDGE in results[second]["content"]
-    assert third not in results and api.errors == []
-    # The guard held in memory saw the run: three checks, stopped on the third.
-    assert guard.stopped and guard.steps == 3
+    # Issue 25: the call after the nudge ran; the fourth was stopped.
+    assert not results[third].get("is_error")
+    assert fourth not in results and api.errors == []
+    # The guard held in memory saw the run: four checks, stopped on the fourth.
+    assert guard.stopped and guard.steps == 4
     # Nothing was written where the command hook keeps its state.
     assert not box.state.exists()
 

@@ -39,6 +39,7 @@ def seed_loop(box: Sandbox) -> list[list[dict[str, Any]]]:
         [text("Looking for errors."), tool_use("Read", {"file_path": str(log), "limit": 50})],
         [tool_use("Read", {"limit": 50.0, "file_path": str(log)})],
         [tool_use("Read", {"file_path": str(log), "limit": 5e1})],
+        [tool_use("Read", {"limit": 50, "file_path": f" {log}"[1:]})],
         [text("The errors are: a timeout.")],
     ]
 
@@ -64,15 +65,17 @@ def replayed(box: Sandbox) -> dict[str, Any]:
 
 def assert_seed_loop_stopped(api: FakeMessagesAPI, result: dict[str, Any]) -> None:
     assert result["terminal_reason"] == "hook_stopped", result
-    first, second, third = (ids[0] for ids in api.sent_ids())
+    first, second, third, fourth = (ids[0] for ids in api.sent_ids())
     results = api.tool_results()
     assert not results[first].get("is_error")
     # The second call was refused; the model read the guard's message as the tool's error.
     assert results[second]["is_error"] is True
     assert NUDGE in results[second]["content"]
-    # The third ended the run: no result was sent, no further request made.
-    assert third not in results
-    assert len(api.agent_requests()) == 3
+    # Issue 25: the call after the nudge ran (its answer, the same again, is the evidence
+    # the stop rests on), and the fourth ended the run: no result sent, no request made.
+    assert not results[third].get("is_error")
+    assert fourth not in results
+    assert len(api.agent_requests()) == 4
     assert api.errors == []
 
 
@@ -84,7 +87,7 @@ def test_seed_loop_is_nudged_then_stopped(box: Sandbox) -> None:
     # What a person sees afterwards.
     [session] = box.sessions()
     assert session["session"] == result["session_id"]
-    assert session["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+    assert session["counts"] == {"calls": 4, "nudges": 1, "stops": 1}
     assert [e["action"] for e in session["events"]] == ["nudge", "stop"]
     assert session["events"][-1]["reason"] == "loop_detected"
     assert session["ended"] is not None
@@ -93,7 +96,7 @@ def test_seed_loop_is_nudged_then_stopped(box: Sandbox) -> None:
     # Live and replay agree: the transcript Claude Code wrote, replayed, gives the same
     # verdicts, the stop with the same words.
     run = replayed(box)
-    assert run["timeline"] == live_timeline(session) == "ans"
+    assert run["timeline"] == live_timeline(session) == "anas"
     assert run["stop_message"] == session["events"][-1]["message"]
 
 
@@ -236,21 +239,21 @@ def test_seed_loop_through_serve(box: Sandbox, monkeypatch: pytest.MonkeyPatch) 
             result = box.claude(api, "find the errors in logs/app.log")
         assert_seed_loop_stopped(api, result)
         [session] = server.store.records()
-        assert session["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+        assert session["counts"] == {"calls": 4, "nudges": 1, "stops": 1}
     finally:
         server.shutdown()
         server.server_close()
     # No guard state on disk: the secret, and the session's summary for `tripwire sessions`.
     assert sorted(os.listdir(box.state)) == ["serve-secret", "sessions"]
     [summary] = box.sessions()
-    assert summary["counts"] == {"calls": 3, "nudges": 1, "stops": 1}
+    assert summary["counts"] == {"calls": 4, "nudges": 1, "stops": 1}
     assert summary["calls"] == [] and summary["ended"] is not None
 
 
 def test_a_failing_command_retried_unchanged(box: Sandbox) -> None:
     """The same shell command failing the same way (PostToolUseFailure observed each time):
     a shell command may change the world, so it gets one more than a read: the third is
-    refused, the fourth ends the run."""
+    refused, and, the output seen twice the same, the fourth ends the run."""
     (box.project / "app.py").write_text("import sys\nsys.exit('KeyError: config')\n")
     _install(box)
     run = {"command": "python3 app.py", "description": "Run the app"}
@@ -263,7 +266,9 @@ def test_a_failing_command_retried_unchanged(box: Sandbox) -> None:
     assert [bool(results[i]["is_error"]) for i in ids[:3]] == [True, True, True]
     assert "KeyError: config" in results[ids[1]]["content"]
     assert "third identical call to Bash" in results[ids[2]]["content"]
-    assert "failed" in results[ids[2]]["content"]  # the guard saw the failures
+    # A shell's exit status is an answer, not a failure (issue 25): the guard saw the same
+    # output of the same command.
+    assert "the result has not changed" in results[ids[2]]["content"]
     assert ids[3] not in results
     [session] = box.sessions()
     assert session["counts"] == {"calls": 4, "nudges": 1, "stops": 1}

@@ -45,12 +45,12 @@ call while such a result is in the window.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
-from tripwire._keys import MAX_DEPTH, dumps_normalised, loads
+from tripwire._keys import MAX_DEPTH, call_key, loads
 
 # Arguments that say where in a listing to read, not what to ask.
 POSITION_KEYS: Final = frozenset(
@@ -84,8 +84,15 @@ _TOKEN: Final = re.compile(r"[^\W_]+")
 Question = tuple[str, str]
 
 
-def _digest(payload: str) -> str:
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+# ``call_key`` of either backend (which also takes ``volatile_keys=``).
+KeyFunction = Callable[..., str]
+
+
+def _raw_digest(text: str, key: KeyFunction) -> str:
+    """A text's digest, every character of it counted: through the key function (the native
+    core's, which needs no OpenSSL in a hook process), as hex, which no normalisation of the
+    key touches."""
+    return key("raw", text.encode("utf-8", "surrogatepass").hex())
 
 
 def _shape(value: Any, volatile: frozenset[Any], depth: int) -> Any:
@@ -118,25 +125,29 @@ def _shape(value: Any, volatile: frozenset[Any], depth: int) -> Any:
     return repr(value)
 
 
-def question_of(name: str, args: Any, text: bool, volatile: frozenset[Any]) -> Question | None:
+def question_of(
+    name: str, args: Any, text: bool, volatile: frozenset[Any], key: KeyFunction = call_key
+) -> Question | None:
     """The question a call asks (see the module), or ``None`` where it cannot be told
     (arguments nested too deep, or of a kind that will not print). ``text``: ``args`` is JSON
-    text; text that does not parse is free text, its raw identity itself."""
+    text; text that does not parse is free text, its raw identity itself. ``key``: the
+    backend's ``call_key`` (the native guard passes its own; the keys are equal)."""
     try:
         if text:
             try:
                 value = loads(args)
             except (ValueError, RecursionError, MemoryError):
                 raw_text = args if isinstance(args, str) else bytes(args).decode("utf-8", "replace")
-                return _digest(raw_text), _digest(_FREE_TEXT)
+                return _raw_digest(raw_text, key), key("shape", _FREE_TEXT, volatile_keys=())
         else:
             value = args
-        shape = dumps_normalised(_shape(value, volatile, 0))
+        # The shape is normalised already (its own volatile keys dropped): keyed as it is.
+        shape = key("shape", _shape(value, volatile, 0), volatile_keys=())
         try:
             raw = json.dumps({"tool": name, "args": value}, sort_keys=True)
         except (TypeError, ValueError):
             raw = repr((name, value))
-        return _digest(raw), _digest(shape)
+        return _raw_digest(raw, key), shape
     except (TypeError, ValueError, RecursionError, OverflowError, MemoryError):
         return None
 
