@@ -1860,10 +1860,12 @@ mod tests {
             // Every other call is to one of three recurring tools.
             let name = if i % 2 == 0 { names[i % 3] } else { name };
             let tool = state.intern_tool(name.as_bytes(), || name);
-            let decision = state.decide(&limits, i as Key, tool, None);
+            let decision = state.decide(&limits, i as Key, None, None);
             let latched = (decision.action == Action::Stop).then_some("stop");
             released += state
-                .commit(&limits, i as Key, tool, &decision, None, latched, None)
+                .commit(
+                    &limits, i as Key, tool, &decision, None, latched, None, None, None,
+                )
                 .names
                 .len();
             most = most.max(state.tool_names.len());
