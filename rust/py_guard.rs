@@ -472,12 +472,20 @@ pub struct Guard {
     /// Inferred policies of the undeclared tools met so far (`None`: no policy). A lock of
     /// its own, taken before keying (the policy says whether whitespace is kept) and never
     /// while Python code runs.
-    inferred: Mutex<NameMap<Option<Arc<ToolSpec>>>>,
+    inferred: Mutex<Inferred>,
     pub(crate) state: Mutex<State>,
     /// The state's `wants` as it was when the lock was last let go (`Locked`): read before
     /// the lock is taken, to tell a call's question (which runs Python code) only where a
     /// rule may need it.
     wants: AtomicBool,
+}
+
+/// A guard's inferred policies by tool name, and the last one asked for: agents call one
+/// tool again and again, and comparing its name is cheaper than hashing it.
+#[derive(Default)]
+struct Inferred {
+    by_name: NameMap<Option<Arc<ToolSpec>>>,
+    last: Option<(NameBytes, Option<Arc<ToolSpec>>)>,
 }
 
 /// The run state, locked; when let go, it leaves whether a new call's question must be told
@@ -608,7 +616,7 @@ impl Guard {
     pub(crate) fn with_config(config: Arc<GuardConfig>) -> Guard {
         Guard {
             config,
-            inferred: Mutex::new(NameMap::default()),
+            inferred: Mutex::new(Inferred::default()),
             state: Mutex::new(State::default()),
             wants: AtomicBool::new(false),
         }
@@ -712,8 +720,22 @@ impl Guard {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
         };
-        if let Some(known) = lock().get(name_bytes) {
-            return Ok(known.clone());
+        {
+            let mut inferred = lock();
+            if let Some((last, spec)) = &inferred.last {
+                if **last == *name_bytes {
+                    return Ok(spec.clone());
+                }
+            }
+            if let Some(known) = inferred.by_name.get(name_bytes).cloned() {
+                // The one it replaces is in the map too: nothing is dropped under the lock.
+                let previous = inferred
+                    .last
+                    .replace((SmallVec::from_slice(name_bytes), known.clone()));
+                drop(inferred);
+                drop(previous);
+                return Ok(known);
+            }
         }
         // Without definitions, what a tool's name says is the same for every guard: shared,
         // so that a guard made per run (replay) or restored per check (Redis, a LangGraph
@@ -758,8 +780,8 @@ impl Guard {
             }
         };
         let mut inferred = lock();
-        if inferred.len() < INFERRED_TOOLS {
-            inferred.insert(name_bytes.into(), spec.clone());
+        if inferred.by_name.len() < INFERRED_TOOLS {
+            inferred.by_name.insert(name_bytes.into(), spec.clone());
         }
         Ok(spec)
     }
