@@ -181,6 +181,21 @@ def test_parquet_table_of_calls(tmp_path: Path) -> None:
     assert data["summary"]["outcomes"]["labelled"] == 2
 
 
+def test_dictionary_encoded_columns(tmp_path: Path) -> None:
+    """pandas categoricals come as dictionary-encoded columns: read as their values."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq
+
+    table = stuck_table(pa)
+    for name in ("run", "tool"):
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, table.column(name).dictionary_encode())
+    path = tmp_path / "categorical.parquet"
+    pq.write_table(table, path)
+    _, runs = runs_of([str(path)])
+    assert {name: run["stop_step"] for name, run in runs.items()} == {"a": 4, "b": None}
+
+
 def test_column_mapping_on_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -250,7 +265,26 @@ def test_the_generator_is_deterministic(tmp_path: Path) -> None:
         assert one[layout][0].read_bytes() == two[layout][0].read_bytes()
 
 
-def test_jobs_output_is_byte_identical(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def workers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """--jobs uses its workers however small the input; the files they replayed, listed."""
+    from tripwire.replay import parallel
+
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    absorbed: list[str] = []
+    absorb = parallel._absorb
+
+    def spy(fleet: Any, outcome: Any) -> None:
+        absorbed.append(outcome.stats.path)
+        absorb(fleet, outcome)
+
+    monkeypatch.setattr(parallel, "_absorb", spy)
+    return absorbed
+
+
+def test_jobs_output_is_byte_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: list[str]
+) -> None:
     fleet = fleet_generator()
     fleet.write(tmp_path / "fleet", 3000, shards=3, layouts=("jsonl",))
     broken = tmp_path / "fleet" / "zz-broken.jsonl"
@@ -263,9 +297,32 @@ def test_jobs_output_is_byte_identical(tmp_path: Path, capsys: pytest.CaptureFix
         as_json = cli(["replay", "--jobs", jobs, "--json", "--html", str(page), *paths], capsys)
         outputs.append((text, as_json, page.read_bytes()))
     assert outputs[0] == outputs[1]
+    assert len(workers) == 2 * 7  # every file, by the workers, in both --jobs 2 runs
     (code, out, err), _, _ = outputs[0]
     assert code == 4 and "zz-broken.jsonl:2: not JSON" in err
     assert "run-0000001" in out
+
+
+@pytest.mark.usefixtures("workers")
+def test_jobs_over_parquet_with_results_as_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers read Parquet while the parent writes it (--calls-out): the same tables."""
+    _pyarrow()
+    import pyarrow.parquet as pq
+
+    fleet = fleet_generator()
+    paths = fleet.write(tmp_path / "fleet", 2000, shards=3, layouts=("parquet",))["parquet"]
+    tables = []
+    for jobs in ("1", "2"):
+        out, calls = tmp_path / f"runs{jobs}.parquet", tmp_path / f"calls{jobs}.parquet"
+        args = ["replay", "--jobs", jobs, "--out", str(out), "--calls-out", str(calls)]
+        code, text, err = cli([*args, *map(str, paths)], capsys)
+        assert code == 0, err
+        tables.append((text, pq.read_table(out), pq.read_table(calls)))
+    (text1, runs1, calls1), (text2, runs2, calls2) = tables
+    assert text1 == text2 and runs1.equals(runs2) and calls1.equals(calls2)
+    assert calls1.num_rows == 2000
 
 
 # -- results as data ----------------------------------------------------------------------------
@@ -372,7 +429,7 @@ def test_parquet_cell_over_the_limit(
     import pyarrow.parquet as pq
 
     # The limit is 64 MiB; lowered here so that the test writes kilobytes, not gigabytes
-    # (benches/fleet.py's docstring says how a real 1 GB cell was tried).
+    # (docs/replay.md gives what a real 1 GB cell costs).
     monkeypatch.setattr(files_module, "MAX_LINE_BYTES", 4096)
     table = stuck_table(pa)
     huge = ['{"since":"15m"}'] * 8
@@ -385,6 +442,33 @@ def test_parquet_cell_over_the_limit(
     assert f"{path} (row 7): column 'arguments': cell longer than 4,096 bytes; row skipped" in err
     runs = {run["run"]: run for run in json.loads(text)["runs"]}
     assert runs["a"]["stop_step"] == 4 and runs["b"]["steps"] == 2
+
+
+def test_parquet_row_group_too_big_to_decode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell of a gigabyte is not even decoded: its row group is skipped from the file's
+    metadata, and the rows around it replayed."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq
+    from tripwire.replay.formats import table as table_module
+
+    monkeypatch.setattr(table_module, "MAX_ROW_GROUP_BYTES", 20_000)
+    table = stuck_table(pa)
+    huge = ['{"since":"15m"}'] * 8
+    huge[5] = json.dumps({"p": "x" * 50_000})
+    table = table.set_column(table.schema.get_field_index("arguments"), "arguments", pa.array(huge))
+    path = tmp_path / "huge.parquet"
+    pq.write_table(table, path, row_group_size=3)  # rows 1-3, 4-6, 7-8
+    code, text, err = cli(["replay", "--json", str(path)], capsys)
+    assert code == 4
+    assert f"{path}: column 'arguments' holds " in err
+    assert "in row group 1 (rows 4 to 6), over 20,000; row group skipped" in err
+    runs = json.loads(text)["runs"]
+    # Run a: rows 1-3, then (after the skipped rows) nothing more of it; run b: rows 7-8,
+    # whose locations still count the skipped rows.
+    assert [(r["run"], r["steps"]) for r in runs] == [("a", 3), ("b", 2)]
+    assert runs[1]["line"] is None
 
 
 def test_without_pyarrow_a_parquet_file_says_what_to_install(

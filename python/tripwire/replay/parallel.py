@@ -12,7 +12,8 @@ same order, so the terminal report, ``--json`` and ``--html`` are byte-identical
 does), and the parent one chunk of results at a time.
 
 Standard input and Arrow streams given from Python are replayed in the parent, one at a time
-(``--jobs`` is ignored for them); so is a single file: it is one task. A fleet in one huge
+(``--jobs`` is ignored for them); so is a single file (it is one task), and input under
+``MIN_BYTES`` (the workers would cost more than they save). A fleet in one huge
 file uses one core: write it as several (most trace stores shard by day or by partition).
 """
 
@@ -43,6 +44,9 @@ from tripwire.replay.simulate import (
 
 # Calls written per pickled chunk by a worker.
 CALL_CHUNK: Final = 8192
+# Input smaller than this is replayed in this process: starting the workers (~0.3 s) would
+# cost more than they save. The report is the same either way.
+MIN_BYTES = 16 << 20
 
 
 @dataclass(slots=True)
@@ -177,6 +181,14 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
                 sink(row)
 
 
+def _size(paths: Iterable[str]) -> int:
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            total += os.path.getsize(path)
+    return total
+
+
 class _Expansion:
     """Stands for the fleet while directories are listed: what listing them finds (a
     directory that cannot be listed, one without trace files) is kept in order among the
@@ -215,7 +227,12 @@ def replay(
         outcomes: Iterator[Outcome] | None = None
     else:
         job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000)
-        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        # Not fork: the parent may have started pyarrow's threads (--calls-out), and a child
+        # forked from a threaded process can hang on a lock held by a thread it lacks.
+        method = "forkserver" if sys.platform == "linux" else "spawn"
+        context = multiprocessing.get_context(method)
+        if method == "forkserver":
+            context.set_forkserver_preload(["tripwire.replay.parallel"])
         pool = context.Pool(min(jobs, len(tasks)), initializer=_start, initargs=(job,))
         outcomes = pool.imap(_work, tasks, chunksize=1)
     try:

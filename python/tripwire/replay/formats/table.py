@@ -49,6 +49,14 @@ REQUIRED: Final = ("run", "tool", "arguments")
 OPTIONAL: Final = ("step", "result", "error", "turn", "call_id", "model", "usage", "label")
 COLUMNS: Final = REQUIRED + OPTIONAL
 BATCH_ROWS: Final = 16_384
+# A Parquet row group whose wanted columns decode to more than this is not read (see
+# ``_row_groups``): 4x the line limit, so that a cell over the limit in a row group of
+# ordinary size is still read, and reported alone.
+MAX_ROW_GROUP_BYTES = 256 << 20
+
+
+class _Oversized(Exception):
+    """A row group too big to read: skipped, and reading goes on with the next."""
 
 
 class TableError(Exception):
@@ -126,6 +134,8 @@ def _plan(pa: Any, schema: Any, mapping: Mapping[str, str] | None) -> dict[str, 
                 raise TableError(f"column {column!r}{mapped} missing (has: {has})")
             continue
         ty = schema.field(theirs).type
+        if pa.types.is_dictionary(ty):  # pandas categoricals: read as their values
+            ty = ty.value_type
         what, test = kinds[column]
         if not (pa.types.is_null(ty) or test(ty)):
             raise TableError(f"column {theirs!r} is {ty}, not {what}")
@@ -302,6 +312,10 @@ def read_batches(source: Source, batches: Any, schema: Any) -> Iterator[Event]:
     rows = _Rows(source, pa, plan)
     try:
         for batch in batches:
+            if isinstance(batch, _Oversized):
+                rows.row = source.stats.lines
+                yield source.problem(None, str(batch))
+                continue
             source.stats.lines += batch.num_rows
             yield from rows.batch(batch)
     except (pa.ArrowException, OSError) as exc:
@@ -331,7 +345,32 @@ def read_parquet(source: Source, path: str) -> Iterator[Event]:
         yield source.problem(None, f"{exc}; file skipped")
         return
     wanted = list(dict.fromkeys(plan.values()))
-    yield from read_batches(source, parquet.iter_batches(BATCH_ROWS, columns=wanted), schema)
+    yield from read_batches(source, _row_groups(source, parquet, wanted), schema)
+
+
+def _row_groups(source: Source, parquet: Any, wanted: list[str]) -> Iterator[Any]:
+    """The file's batches, row group by row group; a row group whose wanted columns would
+    take more than ``MAX_ROW_GROUP_BYTES`` to decode (a cell of a gigabyte) is skipped, its
+    rows counted, so that memory stays bounded whatever a cell holds."""
+    metadata = parquet.metadata
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    for group in range(metadata.num_row_groups):
+        info = metadata.row_group(group)
+        sizes: dict[str, int] = {}
+        for index, name in enumerate(names):
+            top = name.split(".")[0]
+            if top in wanted:
+                sizes[top] = sizes.get(top, 0) + info.column(index).total_uncompressed_size
+        column, size = max(sizes.items(), key=lambda item: item[1], default=("", 0))
+        if size > MAX_ROW_GROUP_BYTES:
+            first = source.stats.lines + 1
+            source.stats.lines += info.num_rows
+            yield _Oversized(
+                f"column {column!r} holds {size:,} bytes in row group {group} (rows {first:,} "
+                f"to {source.stats.lines:,}), over {MAX_ROW_GROUP_BYTES:,}; row group skipped"
+            )
+            continue
+        yield from parquet.iter_batches(BATCH_ROWS, row_groups=[group], columns=wanted)
 
 
 def read_stream(source: Source, stream: Any) -> Iterator[Event]:
