@@ -354,6 +354,28 @@ def test_out_and_calls_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert pa.types.is_string(table.schema.field("tool").type)
 
 
+def test_duckdb_reads_the_results_and_feeds_a_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real DuckDB: it queries --calls-out, and its query results (Arrow streams through
+    the PyCapsule interface) are replayed as tables of calls."""
+    _pyarrow()
+    duckdb = pytest.importorskip("duckdb", reason="duckdb (in tripwire[test]) not installed")
+    calls = tmp_path / "calls.parquet"
+    code, _, err = cli(["replay", "--calls-out", str(calls), str(OTEL), str(PHOENIX)], capsys)
+    assert code == 0, err
+    stops = duckdb.sql(
+        f"select tool, count(*) from '{calls}' where action = 'stop' group by tool order by tool"
+    ).fetchall()
+    assert stops == [("lookup_order", 1), ("read_file", 1), ("search_flights", 1)]
+    relation = duckdb.sql(
+        "select 'r' || (i // 5) as run, i % 5 + 1 as step, 'get_logs' as tool,"
+        " '{\"since\":\"15m\"}' as arguments, '[]' as result from range(10) t(i) order by i"
+    )
+    _, runs = runs_of([relation])
+    assert {name: run["stop_step"] for name, run in runs.items()} == {"r0": 4, "r1": 4}
+
+
 def test_out_is_never_half_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
