@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -74,6 +75,9 @@ class _Job:
     columns: Mapping[str, str] | None
     calls: bool
     keep: int
+    # The parent's private directory for the workers' files: removed whole at the end, so
+    # an interrupted replay leaves nothing behind.
+    directory: str
 
 
 _JOB: _Job | None = None
@@ -105,7 +109,7 @@ def _work(task: tuple[int, str]) -> Outcome:
     index, path = task
     job = _JOB
     assert job is not None
-    fd, spill_path = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".part")
+    fd, spill_path = tempfile.mkstemp(suffix=".part", dir=job.directory)
     try:
         with os.fdopen(fd, "wb") as file:
             spill = _Spill(file)
@@ -223,10 +227,12 @@ def replay(
     ]
     files: list[FileStats] = []
     parallel = len(tasks) > 1 and all(isinstance(path, str) and path != STDIN for _, path in tasks)
+    directory: str | None = None
     if not parallel:
         outcomes: Iterator[Outcome] | None = None
     else:
-        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000)
+        directory = tempfile.mkdtemp(prefix="tripwire-replay-")
+        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, directory)
         # Not fork: the parent may have started pyarrow's threads (--calls-out), and a child
         # forked from a threaded process can hang on a lock held by a thread it lacks.
         method = "forkserver" if sys.platform == "linux" else "spawn"
@@ -259,4 +265,6 @@ def replay(
         if outcomes is not None:
             pool.terminate()
             pool.join()
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
     return fleet.report(files)
