@@ -178,7 +178,7 @@ def test_input_without_tool_calls_is_counted_not_bad(
     (tmp_path / "notes" / "readme.txt").write_text("not a trace")
     code, out, err = run(["replay", "--fail-on-loop", str(tmp_path / "notes")], capsys)
     assert (code, err) == (0, "")
-    assert "no trace files (*.json, *.jsonl, *.ndjson, *.traj) in directory." in out
+    assert "no trace files (*.json, *.jsonl, *.ndjson, *.parquet, *.traj) in directory." in out
 
 
 def test_input_without_calls_beside_a_loop_and_bad_input(

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 import tripwire
-from tripwire.replay import cost, html, progress
-from tripwire.replay.formats import Problem, help_text, trace_suffixes
+from tripwire.replay import cost, export, html, progress
+from tripwire.replay.formats import Problem, help_text, table, trace_suffixes
 from tripwire.replay.report import DEFAULT_LIMIT, render, write_json
 from tripwire.replay.simulate import STDIN, Settings, replay
 
@@ -222,12 +222,38 @@ def _parser() -> argparse.ArgumentParser:
         help="input tokens written to a prompt cache (default: the model's; "
         f"{cost.CACHE_WRITE:g}x the input price for unknown models and with --price-in)",
     )
+    inp = rp.add_argument_group("input")
+    inp.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME=THEIRS",
+        help="a table's column for one of ours (run, step, tool, arguments, result, error, "
+        "turn, call_id, model, usage, label), e.g. run=session_id; repeatable",
+    )
+    inp.add_argument(
+        "--jobs",
+        "-j",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="processes the files are shared among (default: every core); the report is the "
+        "same as with --jobs 1",
+    )
     out = rp.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
     out.add_argument(
         "--html",
         metavar="FILE",
         help="also write the report as one self-contained HTML page (no network needed)",
+    )
+    out.add_argument(
+        "--out", metavar="FILE", help="also write one row a run to FILE, as Parquet (pyarrow)"
+    )
+    out.add_argument(
+        "--calls-out",
+        metavar="FILE",
+        help="also write one row a call, with the guard's verdict, to FILE, as Parquet",
     )
     out.add_argument(
         "--limit",
@@ -362,6 +388,16 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(exc))
     if args.limit < 0:
         parser.error("--limit must be 0 or more")
+    columns: dict[str, str] = {}
+    for item in args.column:
+        ours, equals, theirs = item.partition("=")
+        if not equals or not theirs or ours not in table.COLUMNS:
+            parser.error(
+                f"--column {item!r}: expected NAME=THEIRS, NAME one of {', '.join(table.COLUMNS)}"
+            )
+        columns[ours] = theirs
+    if args.jobs is not None and args.jobs < 1:
+        parser.error("--jobs must be 1 or more")
     stderr = sys.stderr
     bar: progress.Progress | None = None
     if stderr.isatty():
@@ -369,6 +405,13 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if size is None or size >= progress.MIN_BYTES:
             bar = progress.Progress(stderr, size)
     problems = _Problems(stderr, bar)
+    calls: export.CallsWriter | None = None
+    try:
+        if args.calls_out is not None:
+            calls = export.CallsWriter(args.calls_out)
+    except export.ExportError as exc:
+        sys.stderr.write(f"tripwire: --calls-out {exc}\n")
+        return EXIT_USAGE
     try:
         report = replay(
             args.paths,
@@ -376,10 +419,26 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             stdin=sys.stdin.buffer if STDIN in args.paths else None,
             on_problem=problems,
             tick=None if bar is None else bar.tick,
+            columns=columns,
+            jobs=(os.cpu_count() or 1) if args.jobs is None else args.jobs,
+            on_call=calls,
         )
+    except BaseException:
+        if calls is not None:
+            calls.abort()
+        raise
     finally:
         if bar is not None:
             bar.close()
+    try:
+        if calls is not None:
+            calls.commit()
+        if args.out is not None:
+            export.write_runs(report, args.out)
+    except export.ExportError as exc:
+        report.runs.close()
+        sys.stderr.write(f"tripwire: {exc}\n")
+        return EXIT_USAGE
     try:
         if args.html is not None:
             try:

@@ -72,7 +72,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final
+from typing import IO, Any, Final, NamedTuple
 
 import tripwire
 from tripwire.replay.cost import Prices, Source, combine, estimate
@@ -483,6 +483,29 @@ class Report:
         return self.problems_total > 0
 
 
+class CallRow(NamedTuple):
+    """One call with the guard's verdict, as ``--calls-out`` writes it. ``action``: allow,
+    nudge, stop, or ``not_run`` (after the stop: the guarded run would have ended); ``step``:
+    the guard's step (``None`` after the stop); ``duplicate_of``: the index in its turn of
+    the identical call it is one action with."""
+
+    file: str
+    run: str
+    part: int
+    turn: int
+    step: int | None
+    tool: str
+    action: str
+    reason: str | None
+    duplicate_of: int | None
+    line: int | None
+    where: str | None
+
+
+CallSink = Callable[[CallRow], None]
+NOT_RUN: Final = "not_run"
+
+
 class Fleet:
     """Replays turns as they come, one guard per open run, and collects the results."""
 
@@ -492,8 +515,10 @@ class Fleet:
         *,
         keep_problems: int = 1000,
         on_problem: Callable[[Problem], None] | None = None,
+        on_call: CallSink | None = None,
     ) -> None:
         self.settings = settings
+        self.on_call = on_call
         self._cost = settings.prices.cost
         self._volatile = settings.volatile_keys
         self._observe = settings.observe
@@ -570,6 +595,10 @@ class Fleet:
         stats.turns += turns
         self.close_file(file_index)
 
+    def register_file(self, file_index: int, stats: FileStats) -> None:
+        """A file replayed elsewhere (``tripwire.replay.parallel``): its figures."""
+        self._files[file_index] = stats
+
     def close_file(self, file_index: int) -> None:
         # Runs still open are finished in the order they started.
         ending = sorted(
@@ -604,17 +633,30 @@ class Fleet:
         run.pending = None
         run.lead.clear()
         result = run.result()
-        self._runs.append(result)
-        self._totals.add(result)
         stats = self._files.get(run.file_index)
         if stats is not None:
             stats.runs += 1
+        self.add_result(result)
+
+    def add_result(self, result: RunResult) -> None:
+        """A finished run into the fleet's results, totals and tools (a run replayed in
+        another process too: ``tripwire.replay.parallel``)."""
+        self._runs.append(result)
+        self._totals.add(result)
         if result.stop_step is not None and result.tool is not None:
             tool = self._tool(result.tool)
             tool.stops += 1
             tool.no_progress += result.no_progress
             tool.steps_saved += result.counts.steps_saved
             tool.cost_saved += result.counts.cost_saved
+
+    def tool(self, name: str) -> ToolStats:
+        """A tool's figures, made when first needed (in the order tools first come)."""
+        return self._tool(name)
+
+    @property
+    def runs(self) -> RunStore:
+        return self._runs
 
     def _tool(self, name: str) -> ToolStats:
         stats = self.tools.get(name)
@@ -633,6 +675,8 @@ class Fleet:
                 self._check(run, turn, path)
             else:
                 saved = self._distinct(run, turn, path)
+                if self.on_call is not None:
+                    self._calls_not_run(run, turn, path, 0)
                 counts.steps += saved
                 timeline = run.timeline
                 if len(timeline) < MAX_TIMELINE:
@@ -717,6 +761,8 @@ class Fleet:
         counts = run.counts
         calls = turn.calls
         verdicts = self._verdicts(run, turn, path)
+        if self.on_call is not None:
+            self._calls(run, turn, path, verdicts)
         timeline = run.timeline
         lead = run.lead
         for index, verdict in verdicts:
@@ -741,6 +787,46 @@ class Fleet:
         ids = turn.call_ids
         if ids is not None and self._observe:
             self._await_results(run, ids, verdicts)
+
+    def _calls(
+        self,
+        run: _Run,
+        turn: Turn,
+        path: str,
+        verdicts: Sequence[tuple[int, tripwire.Verdict]],
+    ) -> None:
+        """Each call of a checked turn, with its verdict, to ``on_call``: calls after the
+        stopping one did not run."""
+        sink = self.on_call
+        assert sink is not None
+        number = run.counts.turns + 1
+        stopped = False
+        for index, verdict in verdicts:
+            if stopped:
+                self._calls_not_run(run, turn, path, index, only=index)
+                continue
+            sink(
+                CallRow(
+                    path, run.name, run.part, number, verdict.step, turn.calls[index][0],
+                    verdict.action, verdict.reason, verdict.duplicate_of, turn.line, turn.where,
+                )
+            )  # fmt: skip
+            stopped = verdict.action == "stop"
+
+    def _calls_not_run(
+        self, run: _Run, turn: Turn, path: str, start: int, only: int | None = None
+    ) -> None:
+        sink = self.on_call
+        assert sink is not None
+        number = run.counts.turns + 1
+        indexes = range(start, len(turn.calls)) if only is None else (only,)
+        for index in indexes:
+            sink(
+                CallRow(
+                    path, run.name, run.part, number, None, turn.calls[index][0], NOT_RUN,
+                    None, None, turn.line, turn.where,
+                )
+            )  # fmt: skip
 
     def _stopped(
         self,
@@ -894,38 +980,80 @@ STDIN: Final = "-"
 
 
 def replay(
-    paths: Iterable[str],
+    paths: Iterable[str | Any],
     settings: Settings | None = None,
     *,
     stdin: IO[bytes] | None = None,
     on_problem: Callable[[Problem], None] | None = None,
     tick: Callable[[FileStats, int], None] | None = None,
+    columns: Mapping[str, str] | None = None,
+    jobs: int = 1,
+    on_call: CallSink | None = None,
 ) -> Report:
-    """Replays every trace file in ``paths`` (``"-"`` is ``stdin``) and reports.
+    """Replays every trace file in ``paths`` (``"-"`` is ``stdin``; an object with
+    ``__arrow_c_stream__`` is a table of calls) and reports.
 
-    ``on_problem`` hears of bad input as it is found; ``tick(file, position)`` of progress."""
-    fleet = Fleet(settings or Settings(), on_problem=on_problem)
+    ``on_problem`` hears of bad input as it is found; ``tick(file, position)`` of progress;
+    ``columns``: a table's column names for ours (see ``formats.table``); ``jobs``: processes
+    the files are shared among (``tripwire.replay.parallel``; the report is the same);
+    ``on_call`` hears of every call with its verdict (``CallRow``)."""
+    fleet = Fleet(settings or Settings(), on_problem=on_problem, on_call=on_call)
+    if jobs > 1:
+        from tripwire.replay import parallel
+
+        return parallel.replay(fleet, paths, jobs, columns=columns, tick=tick, stdin=stdin)
     files: list[FileStats] = []
     for index, path in enumerate(_expand(paths, fleet)):
-        label = "<stdin>" if path == STDIN else path
-        stats = FileStats(label)
-        files.append(stats)
-        if path == STDIN and stdin is None:
-            stats.unreadable = True
-            fleet.problem(Problem(label, None, "no stdin to read"))
-            continue
-        file_tick = None if tick is None else _bind(tick, stats)
-        reader = Reader(
-            label,
-            stats,
-            stdin=stdin if path == STDIN else None,
-            tick=file_tick,
-            results=fleet.settings.observe,
-        )
-        fleet.feed(index, stats, reader)
-        if not stats.turns and not stats.problems and not stats.unreadable:
-            fleet.nothing_to_replay(Problem(label, None, _nothing_read(stats)))
+        files.append(replay_file(fleet, index, path, stdin=stdin, tick=tick, columns=columns))
     return fleet.report(files)
+
+
+def replay_file(
+    fleet: Fleet,
+    index: int,
+    path: str | Any,
+    *,
+    stdin: IO[bytes] | None = None,
+    tick: Callable[[FileStats, int], None] | None = None,
+    columns: Mapping[str, str] | None = None,
+) -> FileStats:
+    """Replays one file (the ``index``-th of the replay) into ``fleet``; its figures."""
+    if not isinstance(path, str):
+        return _replay_stream(fleet, index, path, columns)
+    label = "<stdin>" if path == STDIN else path
+    stats = FileStats(label)
+    if path == STDIN and stdin is None:
+        stats.unreadable = True
+        fleet.problem(Problem(label, None, "no stdin to read"))
+        return stats
+    file_tick = None if tick is None else _bind(tick, stats)
+    reader = Reader(
+        label,
+        stats,
+        stdin=stdin if path == STDIN else None,
+        tick=file_tick,
+        results=fleet.settings.observe,
+        columns=columns,
+    )
+    fleet.feed(index, stats, reader)
+    if not stats.turns and not stats.problems and not stats.unreadable:
+        fleet.nothing_to_replay(Problem(label, None, _nothing_read(stats)))
+    return stats
+
+
+def _replay_stream(
+    fleet: Fleet, index: int, stream: Any, columns: Mapping[str, str] | None
+) -> FileStats:
+    """An Arrow stream (``__arrow_c_stream__``) given instead of a path: a table of calls."""
+    from tripwire.replay.formats import table
+
+    label = f"<arrow stream {index}: {type(stream).__name__}>"
+    stats = FileStats(label)
+    reader = Reader(label, stats, results=fleet.settings.observe, columns=columns)
+    fleet.feed(index, stats, table.read_stream(reader, stream))
+    if not stats.turns and not stats.problems and not stats.unreadable:
+        fleet.nothing_to_replay(Problem(label, None, _nothing_read(stats)))
+    return stats
 
 
 def _nothing_read(stats: FileStats) -> str:
@@ -936,11 +1064,11 @@ def _nothing_read(stats: FileStats) -> str:
     return f"{found}no tool calls"
 
 
-def _expand(paths: Iterable[str], fleet: Fleet) -> Iterator[str]:
+def _expand(paths: Iterable[str | Any], fleet: Fleet | Any) -> Iterator[str | Any]:
     """The paths, with each directory replaced by the trace files under it, in name order."""
     suffixes = trace_suffixes()
     for path in paths:
-        if path == STDIN or not os.path.isdir(path):
+        if not isinstance(path, str) or path == STDIN or not os.path.isdir(path):
             yield path
             continue
         found = False

@@ -30,7 +30,10 @@ from tripwire.replay.formats import (  # noqa: F401
     events,
     messages,
     openhands,
+    openinference,
+    otlp,
     swe_agent,
+    table,
     tau_bench,
 )
 from tripwire.replay.formats._base import (

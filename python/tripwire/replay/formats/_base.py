@@ -5,7 +5,7 @@ being read), and the registry that makes a new format one new module (``Format``
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -172,6 +172,8 @@ class Source(Protocol):
     default_run: str
     # Whether the events format's results are wanted.
     results: bool
+    # A table's column names for ours (``table``), where they differ.
+    columns: Mapping[str, str] | None
 
     def problem(self, line: int | None, message: str, where: str | None = None) -> Problem: ...
 
@@ -217,6 +219,10 @@ class Format:
     read: ReadDocument | None = None
     suffixes: tuple[str, ...] = ()
     record_type: bool = False
+    # A binary format: the bytes its files start with, and its reader of such a file (given
+    # the source and the file's path: columnar files are read by seeking, not as a stream).
+    magic: bytes | None = None
+    open: Callable[[Source, str], Iterator[Event]] | None = None
 
 
 FORMATS: list[Format] = []

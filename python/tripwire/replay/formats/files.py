@@ -24,7 +24,7 @@ import io
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, Final, cast
 
 from tripwire.replay.formats import events, messages
@@ -149,8 +149,10 @@ class Reader:
         stdin: IO[bytes] | None = None,
         tick: Callable[[int], None] | None = None,
         results: bool = True,
+        columns: Mapping[str, str] | None = None,
     ) -> None:
         self.path = path
+        self.columns = columns
         self.stats = stats
         self.default_run = path
         self.results = results
@@ -200,6 +202,12 @@ class Reader:
     def _read(self, raw: IO[bytes]) -> Iterator[Event]:
         if not hasattr(raw, "peek"):
             raw = cast(IO[bytes], io.BufferedReader(cast(io.RawIOBase, raw)))
+        if self._stdin is None:
+            head = _peek(raw, 8)
+            for fmt in FORMATS:
+                if fmt.magic is not None and fmt.open is not None and head.startswith(fmt.magic):
+                    yield from fmt.open(self, self.path)
+                    return
         compressed = _peek(raw, 2) == GZIP_MAGIC
         stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if compressed else raw
         stats = self.stats

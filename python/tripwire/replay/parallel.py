@@ -1,0 +1,270 @@
+"""``tripwire replay --jobs N``: the files shared among N processes, the report the same.
+
+Runs are identified by file and run name (``simulate``), so the runs of one file are
+replayed wholly by one process, independently of every other file's: each file is one
+task. A worker replays its file into a fleet of its own and writes what it found (the
+runs, and the calls with ``--calls-out``) to a private temporary file in pickled chunks; the
+parent takes the files' outcomes back in the order of the files, and adds each run to its
+own fleet as the sequential replay would have finished it, in that order: totals, per-tool
+figures (float sums are order-sensitive) and the lists of runs and problems come out in the
+same order, so the terminal report, ``--json`` and ``--html`` are byte-identical to
+``--jobs 1``. Memory: each process holds one file's open runs (as the sequential replay
+does), and the parent one chunk of results at a time.
+
+Standard input and Arrow streams given from Python are replayed in the parent, one at a time
+(``--jobs`` is ignored for them); so is a single file (it is one task), and input under
+``MIN_BYTES`` (the workers would cost more than they save). A fleet in one huge
+file uses one core: write it as several (most trace stores shard by day or by partition).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Final
+
+from tripwire.replay.formats import FileStats, Problem
+from tripwire.replay.simulate import (
+    CHUNK,
+    STDIN,
+    CallRow,
+    Fleet,
+    Report,
+    RunResult,
+    Settings,
+    _expand,
+    replay_file,
+)
+
+# Calls written per pickled chunk by a worker.
+CALL_CHUNK: Final = 8192
+# Input smaller than this is replayed in this process: starting the workers (~0.3 s) would
+# cost more than they save. The report is the same either way.
+MIN_BYTES = 16 << 20
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a worker found in one file: figures, the first problems, and the temporary
+    file holding its runs (and calls) in chunks."""
+
+    stats: FileStats
+    spill: str
+    problems: list[Problem]
+    problems_total: int
+    without_calls: list[Problem]
+    without_calls_total: int
+    # Per tool its nudges, in the order the file first named the tools (a stop makes an
+    # entry too: zero nudges keeps the order).
+    tools: list[tuple[str, int]]
+    models: dict[str | None, int]
+    split_runs: int
+    orphan_results: int
+
+
+@dataclass(slots=True)
+class _Job:
+    settings: Settings
+    columns: Mapping[str, str] | None
+    calls: bool
+    keep: int
+    # The parent's private directory for the workers' files: removed whole at the end, so
+    # an interrupted replay leaves nothing behind.
+    directory: str
+
+
+_JOB: _Job | None = None
+
+
+def _start(job: _Job) -> None:
+    global _JOB
+    _JOB = job
+
+
+@dataclass(slots=True)
+class _Spill:
+    file: IO[bytes]
+    calls: list[CallRow] = field(default_factory=list)
+
+    def call(self, row: CallRow) -> None:
+        self.calls.append(row)
+        if len(self.calls) >= CALL_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.calls:
+            pickle.dump(("calls", self.calls), self.file, pickle.HIGHEST_PROTOCOL)
+            self.calls = []
+
+
+def _work(task: tuple[int, str]) -> Outcome:
+    """Replays one file in a worker."""
+    index, path = task
+    job = _JOB
+    assert job is not None
+    fd, spill_path = tempfile.mkstemp(suffix=".part", dir=job.directory)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            spill = _Spill(file)
+            # Runs finish while calls are still coming: chunks of each, in the order made,
+            # so the parent hears of them in the sequential replay's order.
+            fleet = Fleet(
+                job.settings, keep_problems=job.keep, on_call=spill.call if job.calls else None
+            )
+            stats = replay_file(fleet, index, path, columns=job.columns)
+            spill.flush()
+            runs = fleet.runs
+            chunk: list[RunResult] = []
+            for run in runs:
+                chunk.append(run)
+                if len(chunk) >= CHUNK:
+                    pickle.dump(("runs", chunk), file, pickle.HIGHEST_PROTOCOL)
+                    chunk = []
+            if chunk:
+                pickle.dump(("runs", chunk), file, pickle.HIGHEST_PROTOCOL)
+            runs.close()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(spill_path)
+        raise
+    return Outcome(
+        stats=stats,
+        spill=spill_path,
+        problems=fleet.problems,
+        problems_total=fleet.problems_total,
+        without_calls=fleet.without_calls,
+        without_calls_total=fleet.without_calls_total,
+        tools=[(name, stats_.nudges) for name, stats_ in fleet.tools.items()],
+        models=fleet.models,
+        split_runs=fleet.split_runs,
+        orphan_results=fleet.orphan_results,
+    )
+
+
+def _chunks(path: str) -> Iterator[tuple[str, list[Any]]]:
+    try:
+        with open(path, "rb") as file:
+            while True:
+                try:
+                    yield pickle.load(file)
+                except EOFError:
+                    return
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _absorb(fleet: Fleet, outcome: Outcome) -> None:
+    """A file's outcome into the parent's fleet, as the sequential replay would have left it."""
+    for problem in outcome.problems:
+        fleet.problem(problem)
+    fleet.problems_total += outcome.problems_total - len(outcome.problems)
+    for where in outcome.without_calls:
+        fleet.nothing_to_replay(where)
+    fleet.without_calls_total += outcome.without_calls_total - len(outcome.without_calls)
+    for name, nudges in outcome.tools:
+        fleet.tool(name).nudges += nudges
+    for model, count in outcome.models.items():
+        fleet.models[model] = fleet.models.get(model, 0) + count
+    fleet.split_runs += outcome.split_runs
+    fleet.orphan_results += outcome.orphan_results
+    sink = fleet.on_call
+    for kind, items in _chunks(outcome.spill):
+        if kind == "runs":
+            for run in items:
+                fleet.add_result(run)
+        elif sink is not None:
+            for row in items:
+                sink(row)
+
+
+def _size(paths: Iterable[str]) -> int:
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            total += os.path.getsize(path)
+    return total
+
+
+class _Expansion:
+    """Stands for the fleet while directories are listed: what listing them finds (a
+    directory that cannot be listed, one without trace files) is kept in order among the
+    files, and told the fleet when the sequential replay would have told it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Any]] = []
+
+    def problem(self, problem: Problem) -> None:
+        self.items.append(("problem", problem))
+
+    def nothing_to_replay(self, where: Problem) -> None:
+        self.items.append(("nothing", where))
+
+
+def replay(
+    fleet: Fleet,
+    paths: Iterable[str | Any],
+    jobs: int,
+    *,
+    columns: Mapping[str, str] | None = None,
+    tick: Callable[[FileStats, int], None] | None = None,
+    stdin: IO[bytes] | None = None,
+) -> Report:
+    """``simulate.replay`` over ``jobs`` processes (see the module's docstring)."""
+    expansion = _Expansion()
+    for path in _expand(paths, expansion):
+        expansion.items.append(("file", path))
+    tasks = [
+        (index, path)
+        for index, path in enumerate(item for kind, item in expansion.items if kind == "file")
+    ]
+    files: list[FileStats] = []
+    parallel = len(tasks) > 1 and all(isinstance(path, str) and path != STDIN for _, path in tasks)
+    directory: str | None = None
+    if not parallel:
+        outcomes: Iterator[Outcome] | None = None
+    else:
+        directory = tempfile.mkdtemp(prefix="tripwire-replay-")
+        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, directory)
+        # Not fork: the parent may have started pyarrow's threads (--calls-out), and a child
+        # forked from a threaded process can hang on a lock held by a thread it lacks.
+        method = "forkserver" if sys.platform == "linux" else "spawn"
+        context = multiprocessing.get_context(method)
+        if method == "forkserver":
+            context.set_forkserver_preload(["tripwire.replay.parallel"])
+        pool = context.Pool(min(jobs, len(tasks)), initializer=_start, initargs=(job,))
+        outcomes = pool.imap(_work, tasks, chunksize=1)
+    try:
+        index = 0
+        for kind, item in expansion.items:
+            if kind == "problem":
+                fleet.problem(item)
+            elif kind == "nothing":
+                fleet.nothing_to_replay(item)
+            elif outcomes is None:
+                files.append(
+                    replay_file(fleet, index, item, stdin=stdin, tick=tick, columns=columns)
+                )
+                index += 1
+            else:
+                outcome = next(outcomes)
+                fleet.register_file(index, outcome.stats)
+                _absorb(fleet, outcome)
+                files.append(outcome.stats)
+                if tick is not None and outcome.stats.size is not None:
+                    tick(outcome.stats, outcome.stats.size)
+                index += 1
+    finally:
+        if outcomes is not None:
+            pool.terminate()
+            pool.join()
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+    return fleet.report(files)
