@@ -5,6 +5,7 @@ Codex: a ``model_provider`` with a ``base_url`` in config.toml)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,20 @@ def timeline(session: dict[str, Any]) -> str:
     for event in session["events"]:
         letters[event["call"] - 1] = event["action"][0]
     return "".join(letters)
+
+
+def replayed(box: Sandbox, pattern: str) -> dict[str, Any]:
+    """``tripwire replay --json`` of the session file the real CLI wrote: its one run."""
+    [path] = box.home.glob(pattern)
+    done = box.tripwire("replay", "--json", str(path))
+    assert done.returncode in (0, 1), done.stderr
+    [run] = json.loads(done.stdout)["runs"]
+    assert isinstance(run, dict)
+    return run
+
+
+GEMINI_CHATS = ".gemini/tmp/*/chats/session-*.jsonl"
+CODEX_ROLLOUTS = ".codex/sessions/**/rollout-*.jsonl"
 
 
 def app_log(box: Sandbox) -> Path:
@@ -96,6 +111,11 @@ def test_gemini_seed_loop_is_nudged_then_ended(box: Sandbox) -> None:
     assert session["counts"] == {"calls": 4, "nudges": 1, "stops": 1}
     assert timeline(session) == "anas"
     assert session["events"][-1]["reason"] == "loop_detected"
+    # Live and replay agree: the session file Gemini CLI wrote, replayed, gives the same
+    # verdicts, the stop in the same words.
+    run = replayed(box, GEMINI_CHATS)
+    assert run["timeline"] == "anas"
+    assert run["stop_message"] == session["events"][-1]["message"]
 
 
 @NO_GEMINI
@@ -135,6 +155,7 @@ def test_gemini_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    assert replayed(box, GEMINI_CHATS)["timeline"] == "a" * 10
 
 
 # -- Codex CLI ----------------------------------------------------------------------------------
@@ -168,6 +189,9 @@ def test_codex_seed_loop_is_nudged_then_every_call_refused(box: Sandbox) -> None
     assert session["counts"] == {"calls": 6, "nudges": 1, "stops": 1}
     assert timeline(session)[:4] == "aans"  # the calls refused after it are not stops
     assert [e["action"] for e in session["events"]] == ["nudge", "stop"]
+    run = replayed(box, CODEX_ROLLOUTS)
+    assert run["timeline"][:4] == "aans"
+    assert run["stop_message"] == session["events"][-1]["message"].replace("Bash", "exec_command")
     # The user's own settings are kept by the install.
     config = (box.home / ".codex" / "config.toml").read_text()
     assert config.startswith("# the person's own settings")
@@ -207,3 +231,4 @@ def test_codex_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    assert replayed(box, CODEX_ROLLOUTS)["timeline"] == "a" * 10

@@ -27,6 +27,7 @@ from tripwire.replay.formats import (  # noqa: F401
     atif,
     claude_code,
     codex,
+    gemini,
     events,
     messages,
     openhands,
