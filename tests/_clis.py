@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 CLIS_DIR = Path(os.environ.get("TRIPWIRE_CLIS") or Path.home() / ".cache" / "tripwire-clis")
-NPM_INSTALL = (
-    f"npm install --prefix {CLIS_DIR} @google/gemini-cli @openai/codex (.ci/run does it)"
-)
+NPM_INSTALL = f"npm install --prefix {CLIS_DIR} @google/gemini-cli @openai/codex (.ci/run does it)"
 
 
 def binary(name: str) -> str | None:
@@ -100,7 +98,17 @@ class Sandbox:
             "GOOGLE_GEMINI_BASE_URL": api_url,
             "GEMINI_CLI_TRUST_WORKSPACE": "true",
         }
-        argv = [gemini, "-p", prompt, "-o", "json", "--approval-mode", "yolo", "-m", "gemini-2.5-pro"]
+        argv = [
+            gemini,
+            "-p",
+            prompt,
+            "-o",
+            "json",
+            "--approval-mode",
+            "yolo",
+            "-m",
+            "gemini-2.5-pro",
+        ]
         return self.run(argv, env)
 
     # -- Codex CLI ----------------------------------------------------------------------------

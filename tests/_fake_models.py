@@ -247,7 +247,9 @@ class FakeResponsesAPI(_ScriptedAPI):
             for item in request.get("input", []):
                 if item.get("type") == "function_call_output":
                     output = item.get("output")
-                    found[item["call_id"]] = output if isinstance(output, str) else json.dumps(output)
+                    found[item["call_id"]] = (
+                        output if isinstance(output, str) else json.dumps(output)
+                    )
         return found
 
     def sent_ids(self) -> list[list[str]]:
@@ -269,7 +271,9 @@ class FakeResponsesAPI(_ScriptedAPI):
                         "id": f"msg_{response_id}_{index}",
                         "role": "assistant",
                         "status": "completed",
-                        "content": [{"type": "output_text", "text": block["text"], "annotations": []}],
+                        "content": [
+                            {"type": "output_text", "text": block["text"], "annotations": []}
+                        ],
                     }
                 else:
                     item = {

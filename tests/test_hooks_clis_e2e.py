@@ -227,7 +227,9 @@ def test_codex_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert api.errors == [] and api.served() == 11
     outputs = api.outputs()
     assert len(outputs) == 10
-    assert not any("tripwire" in o or "identical call" in o or "blocked" in o for o in outputs.values())
+    assert not any(
+        "tripwire" in o or "identical call" in o or "blocked" in o for o in outputs.values()
+    )
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}

@@ -226,7 +226,13 @@ class Session:
         earlier = [call for call in self._calls() if call[0] in siblings]
         before = self.guard.snapshot(state_only=True) if earlier else None
         stopped_before = self.guard.stopped
+        delivered = self._find(call_id) if call_id is not None else None
         verdict = self.guard.check(tool, args, call_id=call_id)
+        if delivered is not None and delivered[1] == verdict.key and delivered[2] == verdict.step:
+            # A retried delivery: the guard answered from its memory; not counted again.
+            return Outcome(
+                verdict.action, verdict.message, verdict.tool, verdict.reason, self.guard.steps
+            )
         response_id = _cut(response[0]) if response is not None else None
         for first in earlier:
             if first[1] == verdict.key:
@@ -310,14 +316,21 @@ class Session:
             return None
         stops = [e for e in self.record["events"] if e.get("action") == "stop"]
         last = stops[-1] if stops else {}
-        return Outcome("stop", last.get("message"), last.get("tool") or "", last.get("reason"),
-                       self.guard.steps)
+        return Outcome(
+            "stop",
+            last.get("message"),
+            last.get("tool") or "",
+            last.get("reason"),
+            self.guard.steps,
+        )
 
     def settled(self, call_id: str | None) -> None:
         """A call whose result will not come (refused): not a retry candidate any more."""
         pending = self.record.get("pending")
         if isinstance(pending, dict):
-            for digest in [k for k, v in pending.items() if isinstance(v, list) and v[:1] == [call_id]]:
+            for digest in [
+                k for k, v in pending.items() if isinstance(v, list) and v[:1] == [call_id]
+            ]:
                 del pending[digest]
 
     def user_message(self) -> None:

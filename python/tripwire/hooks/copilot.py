@@ -20,6 +20,7 @@ Hooks fail open (a hook that fails or times out lets the call run), as tripwire'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any, Final
@@ -82,10 +83,9 @@ def parse(event: dict[str, Any]) -> Request:
         raise EventError("the event's 'toolName' is not a non-empty string")
     args = _first(event, "toolArgs", "tool_input")
     if isinstance(args, str):
-        try:
+        # A tool whose argument is not JSON: the text is the argument.
+        with contextlib.suppress(ValueError, RecursionError):
             args = json.loads(args)
-        except (ValueError, RecursionError):
-            pass  # a tool whose argument is text: the text is the argument
     if name == "permissionRequest":
         return Request("status", session, tool, args, cwd=cwd)
     if name == "preToolUse":

@@ -3,7 +3,8 @@ whose ``payload`` is a Responses item of the file's one run (named by ``session_
 from ``event_msg`` ``token_count`` lines (``info.last_token_usage``, of the response just
 logged), the model from ``turn_context``. Tool outputs lose their wall-clock times
 (``duration_seconds``, ``Wall time:``) and the exec tools' ``Chunk ID:`` (random), which differ
-on every run and would make every result look new. Record types this reader does not know (Codex adds them) are skipped and counted."""
+on every run and would make every result look new. Record types this reader does not know
+(Codex adds them) are skipped and counted."""
 
 from __future__ import annotations
 

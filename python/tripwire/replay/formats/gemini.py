@@ -127,9 +127,11 @@ class _Lines:
         if record == "user":
             content = value.get("content")
             parts = content if isinstance(content, list) else [content]
-            if any(isinstance(p, dict) and "text" in p for p in parts) or isinstance(content, str):
-                if not any(isinstance(p, dict) and "functionResponse" in p for p in parts):
-                    yield UserMessage(source.default_run)
+            spoke = isinstance(content, str) or any(
+                isinstance(p, dict) and "text" in p for p in parts
+            )
+            if spoke and not any(isinstance(p, dict) and "functionResponse" in p for p in parts):
+                yield UserMessage(source.default_run)
             self._sent += text_size(content)
             return
         source.stats.ignored += 1
