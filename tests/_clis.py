@@ -41,7 +41,19 @@ class Sandbox:
         env = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(("GEMINI_", "GOOGLE_", "OPENAI_", "CODEX_", "TRIPWIRE_", "XDG_"))
+            if not key.startswith(
+                (
+                    "GEMINI_",
+                    "GOOGLE_",
+                    "OPENAI_",
+                    "CODEX_",
+                    "COPILOT_",
+                    "GH_",
+                    "GITHUB_",
+                    "TRIPWIRE_",
+                    "XDG_",
+                )
+            )
         }
         env.update(
             HOME=str(self.home),
@@ -110,6 +122,25 @@ class Sandbox:
             "gemini-2.5-pro",
         ]
         return self.run(argv, env)
+
+    # -- Copilot CLI --------------------------------------------------------------------------
+
+    def copilot(self, api_url: str, prompt: str) -> subprocess.CompletedProcess[str]:
+        """Copilot CLI with a model of one's own (its BYOK provider settings), offline."""
+        copilot = binary("copilot")
+        assert copilot is not None
+        env = {
+            "COPILOT_PROVIDER_BASE_URL": f"{api_url}/v1",
+            "COPILOT_PROVIDER_TYPE": "openai",
+            "COPILOT_PROVIDER_WIRE_API": "responses",
+            "COPILOT_PROVIDER_API_KEY": "fake-key",
+            "COPILOT_PROVIDER_MODEL_ID": "gpt-5",
+            "COPILOT_OFFLINE": "true",
+            "COPILOT_AUTO_UPDATE": "false",
+            # Repository hooks in prompt mode (-p): the opt-in for a folder not marked trusted.
+            "GITHUB_COPILOT_PROMPT_MODE_REPO_HOOKS": "true",
+        }
+        return self.run([copilot, "-p", prompt, "--allow-all-tools"], env)
 
     # -- Codex CLI ----------------------------------------------------------------------------
 

@@ -262,8 +262,11 @@ class FakeResponsesAPI(_ScriptedAPI):
         blocks = self._next_blocks()
         response_id = f"resp_{len(self.requests):04d}"
 
+        items: list[dict[str, Any]] = []
+
         def events() -> Iterator[dict[str, Any]]:
-            yield {"type": "response.created", "response": {"id": response_id}}
+            base = {"id": response_id, "object": "response", "model": request.get("model")}
+            yield {"type": "response.created", "response": {**base, "status": "in_progress"}}
             for index, block in enumerate(blocks):
                 if block["type"] == "text":
                     item: dict[str, Any] = {
@@ -284,6 +287,8 @@ class FakeResponsesAPI(_ScriptedAPI):
                         "arguments": json.dumps(block["input"]),
                         "status": "completed",
                     }
+                items.append(item)
+                yield {"type": "response.output_item.added", "output_index": index, "item": item}
                 yield {"type": "response.output_item.done", "output_index": index, "item": item}
             usage = {
                 "input_tokens": 100,
@@ -294,7 +299,7 @@ class FakeResponsesAPI(_ScriptedAPI):
             }
             yield {
                 "type": "response.completed",
-                "response": {"id": response_id, "status": "completed", "usage": usage},
+                "response": {**base, "status": "completed", "output": items, "usage": usage},
             }
 
         return 200, _sse(events())

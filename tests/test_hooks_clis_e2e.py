@@ -1,7 +1,8 @@
 """tripwire in the real Gemini CLI and Codex CLI (from the npm registry): hooks installed by
 ``tripwire install``, each CLI run headless against a scripted model API on loopback
 (``tests/_fake_models.py``) by its own base-URL setting (Gemini: ``GOOGLE_GEMINI_BASE_URL``;
-Codex: a ``model_provider`` with a ``base_url`` in config.toml)."""
+Codex: a ``model_provider`` with a ``base_url`` in config.toml; Copilot CLI: its own-model
+provider settings, ``COPILOT_PROVIDER_BASE_URL`` and the Responses wire API)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from _fake_models import FakeGeminiAPI, FakeResponsesAPI
 
 NO_GEMINI = pytest.mark.skipif(binary("gemini") is None, reason=f"no Gemini CLI: {NPM_INSTALL}")
 NO_CODEX = pytest.mark.skipif(binary("codex") is None, reason=f"no Codex CLI: {NPM_INSTALL}")
+NO_COPILOT = pytest.mark.skipif(
+    binary("copilot") is None, reason=f"no Copilot CLI: {NPM_INSTALL} @github/copilot"
+)
 
 
 @pytest.fixture
@@ -234,3 +238,68 @@ def test_codex_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
     assert replayed(box, CODEX_ROLLOUTS)["timeline"] == "a" * 10
+
+
+# -- Copilot CLI --------------------------------------------------------------------------------
+
+
+@NO_COPILOT
+def test_copilot_seed_loop_is_nudged_then_every_call_refused(box: Sandbox) -> None:
+    """Copilot CLI's ``view``, asked again and again (no call ids: keyed by content): allow,
+    nudge, allow, stop; Copilot's preToolUse cannot end the run, so every further call is
+    refused with the stop's message and the run ends when the model answers in words."""
+    log = app_log(box)
+    box.install("copilot")
+    script = [[tool_use("view", {"path": str(log)})] for _ in range(6)]
+    script.append([text("A timeout.")])
+    with FakeResponsesAPI(script) as api:
+        done = box.copilot(api.url, "find the errors in logs/app.log")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert api.errors == [] and api.served() == 7
+    ids = [i[0] for i in api.sent_ids() if i]
+    outputs = api.outputs()
+    assert "ERROR timeout" in outputs[ids[0]] and "ERROR timeout" in outputs[ids[2]]
+    assert "second identical call to view" in outputs[ids[1]]
+    for refused in ids[3:]:
+        assert "Stopped (loop_detected)" in outputs[refused]
+    [session] = box.sessions()
+    assert session["harness"] == "copilot"
+    assert session["counts"] == {"calls": 6, "nudges": 1, "stops": 1}
+    assert timeline(session)[:4] == "anas"
+
+
+@NO_COPILOT
+def test_copilot_healthy_coding_session_is_untouched(box: Sandbox) -> None:
+    calc = str(healthy_project(box))
+    box.install("copilot")
+    tests = {"command": "python3 test_calc.py", "description": "Run the tests"}
+    commit = {"command": "git add -A && git commit -q -m 'Fix add and mul'"}
+
+    def edit(old: str, new: str) -> list[dict[str, Any]]:
+        return [tool_use("edit", {"path": calc, "old_str": old, "new_str": new})]
+
+    script = [
+        [tool_use("view", {"path": calc})],
+        [tool_use("bash", tests)],
+        edit("return a - b", "return a + b"),
+        [tool_use("bash", tests)],
+        edit("return a + b\n", "return a * b\n"),
+        [tool_use("bash", tests)],
+        [tool_use("grep", {"pattern": "TODO"})],
+        [tool_use("bash", commit)],
+        edit("  # FIXME", ""),
+        [tool_use("bash", commit)],
+        [text("Fixed and committed.")],
+    ]
+    with FakeResponsesAPI(script) as api:
+        done = box.copilot(api.url, "fix calc.py so the tests pass, then commit")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert api.errors == [] and api.served() == 11
+    outputs = api.outputs()
+    assert len(outputs) == 10
+    assert not any(
+        "tripwire" in o or "identical call" in o or "Denied" in o for o in outputs.values()
+    )
+    assert "Fix add and mul" in committed(box)
+    [session] = box.sessions()
+    assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
