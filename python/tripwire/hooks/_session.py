@@ -277,14 +277,19 @@ class Session:
         so the guard answers it from memory without counting it); after it, the id of the
         latest such call still waiting for its result. Two identical calls asked at once (in
         one model response) are therefore one action, as ``check_turn`` makes them."""
-        import hashlib
         import json
+
+        # _blake2, not hashlib: hashlib loads OpenSSL's _hashlib, 2 ms a hook process.
+        try:
+            from _blake2 import blake2b
+        except ImportError:  # an interpreter without it
+            from hashlib import blake2b
 
         try:
             text = json.dumps([tool, args], sort_keys=True, ensure_ascii=True, default=repr)
         except (ValueError, RecursionError):
             text = repr((tool, args))
-        digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
+        digest = blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
         pending: dict[str, list[Any]] = self.record.setdefault("pending", {})
         if not isinstance(pending, dict):
             pending = self.record["pending"] = {}
