@@ -48,6 +48,7 @@ def replayed(box: Sandbox, pattern: str) -> dict[str, Any]:
 
 GEMINI_CHATS = ".gemini/tmp/*/chats/session-*.jsonl"
 CODEX_ROLLOUTS = ".codex/sessions/**/rollout-*.jsonl"
+COPILOT_EVENTS = ".copilot/session-state/*/events.jsonl"
 
 
 def app_log(box: Sandbox) -> Path:
@@ -159,6 +160,7 @@ def test_gemini_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    assert replayed(box, COPILOT_EVENTS)["timeline"] == "a" * 10
     assert replayed(box, GEMINI_CHATS)["timeline"] == "a" * 10
 
 
@@ -237,6 +239,7 @@ def test_codex_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    assert replayed(box, COPILOT_EVENTS)["timeline"] == "a" * 10
     assert replayed(box, CODEX_ROLLOUTS)["timeline"] == "a" * 10
 
 
@@ -266,6 +269,10 @@ def test_copilot_seed_loop_is_nudged_then_every_call_refused(box: Sandbox) -> No
     assert session["harness"] == "copilot"
     assert session["counts"] == {"calls": 6, "nudges": 1, "stops": 1}
     assert timeline(session)[:4] == "anas"
+    # Replay of the session events Copilot wrote: the same verdicts, the stop in its words.
+    run = replayed(box, COPILOT_EVENTS)
+    assert run["timeline"][:4] == "anas"
+    assert run["stop_message"] == session["events"][-1]["message"]
 
 
 @NO_COPILOT
@@ -303,3 +310,4 @@ def test_copilot_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
+    assert replayed(box, COPILOT_EVENTS)["timeline"] == "a" * 10

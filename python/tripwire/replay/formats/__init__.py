@@ -27,6 +27,7 @@ from tripwire.replay.formats import (  # noqa: F401
     atif,
     claude_code,
     codex,
+    copilot,
     events,
     gemini,
     messages,
