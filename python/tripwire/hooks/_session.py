@@ -291,8 +291,11 @@ class Session:
             text = repr((tool, args))
         digest = blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
         pending: dict[str, list[Any]] = self.record.setdefault("pending", {})
-        if not isinstance(pending, dict):
-            pending = self.record["pending"] = {}
+        if not isinstance(pending, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[1], (int, float))
+            for v in pending.values()
+        ):
+            pending = self.record["pending"] = {}  # damaged: forgotten, not fatal
         found = pending.get(digest)
         now = time.time()
         if not before:
