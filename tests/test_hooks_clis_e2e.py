@@ -160,7 +160,6 @@ def test_gemini_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
-    assert replayed(box, COPILOT_EVENTS)["timeline"] == "a" * 10
     assert replayed(box, GEMINI_CHATS)["timeline"] == "a" * 10
 
 
@@ -239,7 +238,6 @@ def test_codex_healthy_coding_session_is_untouched(box: Sandbox) -> None:
     assert "Fix add and mul" in committed(box)
     [session] = box.sessions()
     assert session["counts"] == {"calls": 10, "nudges": 0, "stops": 0}
-    assert replayed(box, COPILOT_EVENTS)["timeline"] == "a" * 10
     assert replayed(box, CODEX_ROLLOUTS)["timeline"] == "a" * 10
 
 
