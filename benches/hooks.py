@@ -13,6 +13,10 @@ nothing about time.
 2. ``tripwire serve`` in its own process, the events POSTed on one keep-alive connection on
    loopback: p50 per event (target <= 1 ms).
 3. With ``--redis`` (and redis-server on PATH): the hook with ``--redis URL``.
+4. Per harness (issue 28): ``tripwire hook HARNESS`` (the console script) for each harness's
+   pre-tool and post-tool events in its own shape, against the bare interpreter, interleaved.
+   Gemini CLI, Copilot CLI, Cursor and Cline give no call id: their calls are keyed by content
+   (one hash of the call more per event).
 """
 
 from __future__ import annotations
@@ -195,6 +199,91 @@ def bench_redis(rounds: int, run: Callable[[int, str, str], None]) -> None:
         process.wait()
 
 
+def harness_events(harness: str, n: int) -> list[tuple[str, dict[str, Any]]]:
+    """One session's pre- and post-tool events of ``harness``, in its own shape (distinct
+    reads: every call allowed, the window full)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i in range(n):
+        args = {"file_path": f"/work/src/module_{i}.py"}
+        result = f"line {i}\n" * 20
+        pre: dict[str, Any]
+        post: dict[str, Any]
+        if harness == "gemini":
+            base = {"session_id": "bench", "cwd": "/w", "tool_name": "read_file"}
+            pre = {**base, "hook_event_name": "BeforeTool", "tool_input": args}
+            post = {
+                **base,
+                "hook_event_name": "AfterTool",
+                "tool_input": args,
+                "tool_response": {"llmContent": result},
+            }
+        elif harness == "codex":
+            base = {"session_id": "bench", "cwd": "/w", "tool_name": "Read"}
+            base["tool_use_id"] = f"call_{i}"
+            pre = {**base, "hook_event_name": "PreToolUse", "tool_input": args}
+            post = {**base, "hook_event_name": "PostToolUse", "tool_input": args}
+            post["tool_response"] = result
+        elif harness == "copilot":
+            base = {"sessionId": "bench", "cwd": "/w", "toolName": "view"}
+            pre = {**base, "timestamp": i, "toolArgs": json.dumps(args)}
+            post = {**pre, "toolResult": {"resultType": "success", "textResultForLlm": result}}
+        elif harness == "cursor":
+            base = {"conversation_id": "bench", "workspace_roots": ["/w"], "tool_name": "Read"}
+            pre = {**base, "hook_event_name": "preToolUse", "tool_input": args}
+            post = {**pre, "hook_event_name": "postToolUse", "tool_output": result}
+        else:
+            base = {"taskId": "bench", "workspaceRoots": ["/w"]}
+            call = {"toolName": "read_file", "parameters": args}
+            pre = {**base, "hookName": "PreToolUse", "preToolUse": call}
+            post = {
+                **base,
+                "hookName": "PostToolUse",
+                "postToolUse": {**call, "result": result, "success": True},
+            }
+        out += [("pre", pre), ("post", post)]
+    return out
+
+
+def bench_harnesses(rounds: int) -> None:
+    from tripwire.hooks import HARNESSES
+
+    with tempfile.TemporaryDirectory() as root:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIPWIRE_")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.update(TRIPWIRE_STATE_DIR=f"{root}/state", TRIPWIRE_CONFIG=f"{root}/none.toml")
+        hook = (
+            shlex.quote(SCRIPT) if os.path.exists(SCRIPT) else f"{shlex.quote(PYTHON)} -m tripwire"
+        )
+        bare_command = f"{shlex.quote(PYTHON)} -c pass"
+        names = [name for name in HARNESSES if name != "claude-code"]
+        streams = {name: harness_events(name, rounds) for name in names}
+        times: dict[tuple[str, str], list[float]] = {}
+        bare: list[float] = []
+        for index in range(rounds * 2):
+            bare.append(spawn(bare_command, b"", env))
+            for name in names:
+                kind, event = streams[name][index]
+                command = f"{hook} hook {name}"
+                times.setdefault((name, kind), []).append(
+                    spawn(command, json.dumps(event).encode(), env)
+                )
+        bare_p50 = pct(bare, 0.5)
+        print(
+            f"\n== tripwire hook HARNESS per harness, spawned by /bin/sh ({rounds} calls each, "
+            f"{tripwire.IMPLEMENTATION} core; bare python -c pass p50 {bare_p50:.1f} ms)"
+        )
+        print(
+            f"{'harness':10s} {'event':6s} {'p50 ms':>8s} {'p90 ms':>8s} {'over bare':>9s}  target"
+        )
+        for (name, kind), values in times.items():
+            p50 = pct(values, 0.5)
+            verdict = "ok" if p50 <= 30 else "MISS"
+            print(
+                f"{name:10s} {kind:6s} {p50:8.1f} {pct(values, 0.9):8.1f} "
+                f"{p50 - bare_p50:+9.1f}  <= 30 ms {verdict}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30, help="tool calls per session (30)")
@@ -204,6 +293,7 @@ def main() -> None:
     compileall.compile_dir(str(Path(tripwire.__file__).parent), quiet=1)
     bench_command(args.rounds)
     bench_serve(args.rounds)
+    bench_harnesses(args.rounds)
     if args.redis:
         bench_redis(args.rounds, bench_command)
 

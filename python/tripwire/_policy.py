@@ -263,6 +263,33 @@ KNOWN_TOOLS: Final[dict[str, tuple[Policy | None, Whitespace]]] = {
     "replace": ("write", _KEEP),
     "run_shell_command": ("shell", "collapse"),
     "save_memory": ("write", "collapse"),
+    # Gemini CLI 0.61 (its tool declarations: grep_search replaced search_file_content; a
+    # topic or a to-do list written down changes nothing the other tools see).
+    "grep_search": ("read", "collapse"),
+    "update_topic": ("volatile", "collapse"),
+    "write_todos": ("volatile", "collapse"),
+    # Codex CLI 0.171's exec tools (its hooks name exec_command "Bash"); write_stdin polls a
+    # running command, judged by its output, as BashOutput is.
+    "write_stdin": (None, "collapse"),
+    "view_image": ("read", "collapse"),
+    # GitHub Copilot CLI (its tool names: bash and its session tools, view, create, edit).
+    "view": ("read", "collapse"),
+    "read_bash": (None, "collapse"),
+    "report_intent": ("volatile", "collapse"),
+    # Cursor (its agent tools, and the names its preToolUse hooks give them).
+    "Shell": ("shell", "collapse"),
+    "edit_file": ("write", _KEEP),
+    "search_replace": ("write", _KEEP),
+    "codebase_search": ("read", "collapse"),
+    "file_search": ("read", "collapse"),
+    "list_dir": ("read", "collapse"),
+    "todo_write": ("volatile", "collapse"),
+    # Cline
+    "write_to_file": ("write", _KEEP),
+    "replace_in_file": ("write", _KEEP),
+    "search_files": ("read", "collapse"),
+    "list_files": ("read", "collapse"),
+    "list_code_definition_names": ("read", "collapse"),
     # The providers' own server tools (Anthropic's web_search and web_fetch, OpenAI's hosted
     # web_search): a search's answer moves on its own, as WebSearch's does.
     "web_search": ("volatile", "collapse"),

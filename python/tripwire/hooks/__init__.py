@@ -20,7 +20,14 @@ from tripwire.hooks._protocol import Request
 from tripwire.hooks._session import Outcome, Session
 
 # Harness name -> its module. A new harness is one module and one line here.
-HARNESSES: Final = {"claude-code": "tripwire.hooks.claude_code"}
+HARNESSES: Final = {
+    "claude-code": "tripwire.hooks.claude_code",
+    "gemini": "tripwire.hooks.gemini",
+    "codex": "tripwire.hooks.codex",
+    "copilot": "tripwire.hooks.copilot",
+    "cursor": "tripwire.hooks.cursor",
+    "cline": "tripwire.hooks.cline",
+}
 
 
 class Store(Protocol):
@@ -39,9 +46,19 @@ def apply(session: Session, request: Request) -> Outcome | None:
     """One operation on a session."""
     if request.cwd is not None:
         session.record["cwd"] = request.cwd[:512]
+    if request.call_id is None and request.kind in ("check", "observe"):
+        # The harness gives no call id: one from the call's content (and the time).
+        request.call_id = session.content_call_id(
+            request.tool, request.args, before=request.kind == "check"
+        )
     if request.kind == "check":
         response = request.response() if request.response is not None else None
-        return session.check(request.tool, request.args, request.call_id, response)
+        outcome = session.check(request.tool, request.args, request.call_id, response)
+        if outcome.action != "allow":
+            session.settled(request.call_id)  # refused: no result will come
+        return outcome
+    if request.kind == "status":
+        return session.status()
     if request.kind == "observe":
         session.observe(request.tool, request.args, request.call_id, request.result, request.error)
     elif request.kind == "user":

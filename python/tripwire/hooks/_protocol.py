@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-Kind = Literal["check", "observe", "user", "end", "ignore"]
+# "status": whether the session is stopped (a harness that ends a run from another event).
+Kind = Literal["check", "observe", "user", "end", "status", "ignore"]
 
 
 class EventError(ValueError):

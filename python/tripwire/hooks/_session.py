@@ -32,6 +32,10 @@ CALLS_KEPT: Final = 128
 EVENTS_KEPT: Final = 20
 # Text from the harness kept in a record is cut to this (ids, paths, tool names).
 TEXT_KEPT: Final = 512
+# Harnesses that give no call id (Gemini CLI, Copilot CLI, Cursor, Cline): a call asked again
+# with the same content this soon after, its result not yet reported, is taken for a retried
+# delivery of it (``content_call_id``).
+RETRY_SECONDS: Final = 2.0
 
 
 def _cut(value: object) -> str | None:
@@ -222,7 +226,13 @@ class Session:
         earlier = [call for call in self._calls() if call[0] in siblings]
         before = self.guard.snapshot(state_only=True) if earlier else None
         stopped_before = self.guard.stopped
+        delivered = self._find(call_id) if call_id is not None else None
         verdict = self.guard.check(tool, args, call_id=call_id)
+        if delivered is not None and delivered[1] == verdict.key and delivered[2] == verdict.step:
+            # A retried delivery: the guard answered from its memory; not counted again.
+            return Outcome(
+                verdict.action, verdict.message, verdict.tool, verdict.reason, self.guard.steps
+            )
         response_id = _cut(response[0]) if response is not None else None
         for first in earlier:
             if first[1] == verdict.key:
@@ -260,12 +270,84 @@ class Session:
         self.guard.observe(verdict, result, error=error)
         call[6] = True
 
+    def content_call_id(self, tool: str, args: Any, before: bool) -> str:
+        """A call id for a harness that gives none, from the call's content: before the call
+        (``before``), a new id, unless the same content was asked less than
+        ``RETRY_SECONDS`` ago and its result is not in yet (a retried delivery: the same id,
+        so the guard answers it from memory without counting it); after it, the id of the
+        latest such call still waiting for its result. Two identical calls asked at once (in
+        one model response) are therefore one action, as ``check_turn`` makes them."""
+        import json
+
+        # _blake2, not hashlib: hashlib loads OpenSSL's _hashlib, 2 ms a hook process.
+        try:
+            from _blake2 import blake2b
+        except ImportError:  # an interpreter without it
+            from hashlib import blake2b
+
+        try:
+            text = json.dumps([tool, args], sort_keys=True, ensure_ascii=True, default=repr)
+        except (ValueError, RecursionError):
+            text = repr((tool, args))
+        digest = blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
+        pending: dict[str, list[Any]] = self.record.setdefault("pending", {})
+        if not isinstance(pending, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and isinstance(v[1], (int, float))
+            for v in pending.values()
+        ):
+            pending = self.record["pending"] = {}  # damaged: forgotten, not fatal
+        found = pending.get(digest)
+        now = time.time()
+        if not before:
+            if isinstance(found, list) and len(found) == 2 and isinstance(found[0], str):
+                del pending[digest]
+                return found[0]
+            return f"~{digest}.unchecked"
+        if (
+            isinstance(found, list)
+            and len(found) == 2
+            and isinstance(found[0], str)
+            and isinstance(found[1], (int, float))
+            and 0 <= now - found[1] < RETRY_SECONDS
+        ):
+            return found[0]
+        call_id = f"~{digest}.{self.record['counts']['calls']}"
+        pending[digest] = [call_id, now]
+        if len(pending) > CALLS_KEPT:
+            for key in sorted(pending, key=lambda k: pending[k][1])[: len(pending) - CALLS_KEPT]:
+                del pending[key]
+        return call_id
+
+    def status(self) -> Outcome | None:
+        """The session's stop, while it stands (``None``: not stopped)."""
+        if not self.guard.stopped:
+            return None
+        stops = [e for e in self.record["events"] if e.get("action") == "stop"]
+        last = stops[-1] if stops else {}
+        return Outcome(
+            "stop",
+            last.get("message"),
+            last.get("tool") or "",
+            last.get("reason"),
+            self.guard.steps,
+        )
+
+    def settled(self, call_id: str | None) -> None:
+        """A call whose result will not come (refused): not a retry candidate any more."""
+        pending = self.record.get("pending")
+        if isinstance(pending, dict):
+            for digest in [
+                k for k, v in pending.items() if isinstance(v, list) and v[:1] == [call_id]
+            ]:
+                del pending[digest]
+
     def user_message(self) -> None:
         """A person wrote: the guard is told. After a stop, a person's new prompt is their
         decision to go on: the run starts afresh (the stop stays in the record)."""
         if self.guard.stopped:
             self.guard.reset()
             self.record["calls"] = []
+            self.record.pop("pending", None)
         else:
             self.guard.user_message()
 
@@ -275,3 +357,4 @@ class Session:
         self.record["ended"] = time.time()
         self.record["guard"] = None
         self.record["calls"] = []
+        self.record.pop("pending", None)

@@ -103,9 +103,11 @@ def _parser() -> Any:
         sub.add_argument(
             "--scope",
             choices=("user", "project", "local"),
-            default="user",
-            help="user: ~/.claude/settings.json (the default); project: .claude/settings.json "
-            "(shared with the repository); local: .claude/settings.local.json",
+            default=None,
+            help="user: the harness's settings in your home (the default; for Claude Code "
+            "~/.claude/settings.json); project: the project's (.claude/settings.json, shared "
+            "with the repository; Copilot CLI has no other); local: .claude/settings.local.json "
+            "(Claude Code only). Each harness's files: docs/hooks/<harness>.md",
         )
         sub.add_argument("--project", default=".", metavar="DIR", help="the project (.)")
         sub.add_argument("--dry-run", action="store_true", help="print the result, write nothing")

@@ -158,9 +158,183 @@ def uninstalled(name: str, settings: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+TOML_BEGIN: Final = "# >>> tripwire hooks (`tripwire uninstall codex` removes this block)"
+TOML_END: Final = "# <<< tripwire hooks"
+
+
+def _toml(path: str, text: str) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML ({exc}); nothing was written") from None
+    return data
+
+
+def toml_removed(path: str, text: str) -> str:
+    """config.toml without tripwire's block (the lines between its markers), byte for byte
+    as it was otherwise."""
+    lines = text.splitlines(keepends=True)
+    begin = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == TOML_BEGIN]
+    if not begin:
+        return text
+    start = begin[0]
+    end = next((i for i in range(start, len(lines)) if lines[i].rstrip("\r\n") == TOML_END), None)
+    if end is None:
+        raise SettingsError(f"{path}: tripwire's block has no end marker; nothing was written")
+    if start > 0 and lines[start - 1].strip() == "":
+        start -= 1  # the blank line install put before the block
+    return "".join(lines[:start] + lines[end + 1 :])
+
+
+def toml_installed(path: str, text: str, command: str | None, url: str | None) -> str:
+    protocol = harness("codex")
+    _toml(path, text)
+    base = toml_removed(path, text)
+    try:
+        block = protocol.toml_block(command, url)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if base and not base.endswith("\n"):
+        base += "\n"
+    joined = f"{base}{chr(10) if base else ''}{TOML_BEGIN}\n{block}{TOML_END}\n"
+    data = _toml(path, joined)
+    hooks = data.get("hooks", {}).get("PreToolUse", [])
+    if not any(protocol.is_ours(h) for g in hooks for h in g.get("hooks", [])):
+        raise SettingsError(f"{path}: its [hooks] cannot take tripwire's; nothing was written")
+    return joined
+
+
+def _run_toml(args: Any, path: str) -> int:
+    try:
+        with open(path, "rb") as file:
+            raw: bytes | None = file.read()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        sys.stderr.write(f"tripwire {args.command}: {path}: {exc.strerror or exc}\n")
+        return 1
+    try:
+        text = (raw or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        sys.stderr.write(f"tripwire {args.command}: {path}: not UTF-8 text; nothing was written\n")
+        return 1
+    try:
+        if args.command == "install":
+            if args.serve is not None:
+                raise SettingsError(f"{path}: Codex CLI runs command hooks only (no --serve)")
+            command = args.hook_command or default_command(args.harness)
+            if args.redis:
+                command += f" --redis {shlex.quote(args.redis)}"
+            new = toml_installed(path, text, command, None)
+        else:
+            _toml(path, text)
+            new = toml_removed(path, text)
+    except SettingsError as exc:
+        sys.stderr.write(f"tripwire {args.command}: {exc}\n")
+        return 1
+    return _write_text(args, path, text, new, raw)
+
+
+def _write_text(args: Any, path: str, text: str, new: str, raw: bytes | None) -> int:
+    if new == text:
+        sys.stdout.write(f"tripwire: nothing to change in {path}\n")
+        return 0
+    if args.dry_run:
+        sys.stdout.write(f"# {path} (dry run: nothing written)\n{new}")
+        return 0
+    try:
+        _write_bytes(path, new.encode("utf-8"), raw)
+    except OSError as exc:
+        sys.stderr.write(f"tripwire {args.command}: {path}: {exc.strerror or exc}\n")
+        return 1
+    verb = "installed in" if args.command == "install" else "removed from"
+    sys.stdout.write(f"tripwire: hooks {verb} {path}")
+    sys.stdout.write(f" (the file as it was: {path}{BACKUP_SUFFIX})\n" if raw else "\n")
+    return 0
+
+
+def _write_bytes(path: str, data: bytes, old: bytes | None, mode: int = 0o644) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    if old is not None:
+        mode = os.stat(path).st_mode & 0o777
+        with open(path + BACKUP_SUFFIX, "wb") as backup:
+            backup.write(old)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _run_scripts(args: Any, protocol: Any, directory: str) -> int:
+    """Cline: one executable per event; a file of that name not tripwire's is never touched."""
+    command = None
+    if args.command == "install":
+        if args.serve is not None:
+            sys.stderr.write(f"tripwire install: {protocol.NAME} runs command hooks only\n")
+            return 1
+        command = args.hook_command or default_command(args.harness)
+        if args.redis:
+            command += f" --redis {shlex.quote(args.redis)}"
+    wanted = protocol.scripts(directory, command or "tripwire")
+    found: dict[str, str] = {}
+    for path in wanted:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as file:
+                found[path] = file.read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            sys.stderr.write(f"tripwire {args.command}: {path}: {exc.strerror or exc}\n")
+            return 1
+        if not protocol.is_ours(found[path]):
+            sys.stderr.write(
+                f"tripwire {args.command}: {path} is not tripwire's; nothing was written\n"
+            )
+            return 1
+    if args.command == "install":
+        todo = {p: t for p, t in wanted.items() if found.get(p) != t}
+    else:
+        todo = {p: "" for p in found}
+    if not todo:
+        sys.stdout.write(f"tripwire: nothing to change in {directory}\n")
+        return 0
+    for path, text in todo.items():
+        if args.dry_run:
+            sys.stdout.write(f"# {path} ({'removed' if not text else 'written'}; dry run)\n{text}")
+        elif text:
+            _write_bytes(path, text.encode("utf-8"), None, 0o755)
+        else:
+            os.unlink(path)
+    verb = "installed in" if args.command == "install" else "removed from"
+    if not args.dry_run:
+        sys.stdout.write(f"tripwire: hooks {verb} {directory}\n")
+    return 0
+
+
 def run(args: Any) -> int:
     protocol = harness(args.harness)
-    path = protocol.settings_file(args.scope, os.path.abspath(args.project))
+    if args.scope is None:
+        args.scope = getattr(protocol, "DEFAULT_SCOPE", "user")
+    try:
+        path = protocol.settings_file(args.scope, os.path.abspath(args.project))
+    except ValueError as exc:
+        sys.stderr.write(f"tripwire {args.command}: {exc}\n")
+        return 1
+    form = getattr(protocol, "SETTINGS_FORMAT", "json")
+    if form == "toml":
+        return _run_toml(args, path)
+    if form == "scripts":
+        return _run_scripts(args, protocol, path)
     try:
         settings, old = read_settings(path)
         if args.command == "install":

@@ -2,8 +2,9 @@
 whose ``payload`` is a Responses item of the file's one run (named by ``session_meta``), usage
 from ``event_msg`` ``token_count`` lines (``info.last_token_usage``, of the response just
 logged), the model from ``turn_context``. Tool outputs lose their wall-clock times
-(``duration_seconds``, ``Wall time:``), which differ on every run and would make every result
-look new. Record types this reader does not know (Codex adds them) are skipped and counted."""
+(``duration_seconds``, ``Wall time:``) and the exec tools' ``Chunk ID:`` (random), which differ
+on every run and would make every result look new. Record types this reader does not know
+(Codex adds them) are skipped and counted."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ _TYPES: Final = frozenset(
 )
 
 
+# Lines of an exec tool's output that differ on every run (Codex 0.171's exec_command).
+_VOLATILE_LINES: Final = ("Wall time:", "Chunk ID:")
+
+
 def is_record(value: dict[str, Any]) -> bool:
     return kind(value) in _TYPES and "payload" in value
 
@@ -33,9 +38,9 @@ def codex_output(value: Any) -> Any:
             metadata = {k: v for k, v in metadata.items() if k != "duration_seconds"}
             return {**value, "metadata": metadata}
         return value
-    if type(value) is str and "Wall time:" in value:
+    if type(value) is str and ("Wall time:" in value or "Chunk ID:" in value):
         lines = value.splitlines(keepends=True)
-        return "".join(line for line in lines if not line.startswith("Wall time:"))
+        return "".join(line for line in lines if not line.startswith(_VOLATILE_LINES))
     return value
 
 
