@@ -1221,10 +1221,11 @@ impl<V, R, N> RunState<V, R, N> {
             }
             (_, text) => released.names.extend(text),
         }
+        // The arguments of the call observed are nearly always the newest held.
         let held = self
             .args
             .iter()
-            .position(|(at, _, _)| *at == step)
+            .rposition(|(at, _, _)| *at == step)
             .and_then(|i| self.args.remove(i))
             .map(|(_, args, text)| (args, text));
         let entry = &mut self.window[index];
@@ -1233,8 +1234,14 @@ impl<V, R, N> RunState<V, R, N> {
             // reference's `observe` says why).
             entry.question = None;
         }
-        let ask = entry.marked() && entry.question.is_none();
-        self.update_wants();
+        let marked = entry.marked();
+        let ask = marked && entry.question.is_none();
+        if marked {
+            self.wants = true;
+        } else if self.wants {
+            // Another entry may still be marked, or this one no longer is.
+            self.update_wants();
+        }
         if ask {
             return (released, Some(held));
         }
