@@ -1250,6 +1250,9 @@ impl<V, R, N> RunState<V, R, N> {
             .window
             .iter()
             .rposition(|e| e.step == step && e.key == key)
+            // A nudged call never ran: nothing is observed of it (a verdict given by another
+            // state, loaded since, can name its step and key), as the reference's `_entry_of`.
+            .filter(|&i| !self.window[i].nudged)
         else {
             released.names.extend(outcome.error);
             return (released, None);
@@ -1328,7 +1331,7 @@ impl<V, R, N> RunState<V, R, N> {
             .rev()
             .find(|e| e.step == step && e.key == key)
         {
-            if entry.question.is_none() {
+            if entry.question.is_none() && !entry.nudged {
                 entry.question = question;
             }
         }

@@ -302,3 +302,22 @@ def test_the_least_recently_counted_call_is_forgotten_alike_after_a_restore() ->
         first.append((fields(guard.check("status", {"job": "old"})), guard.snapshot()))
     assert first[0] == first[1]
     assert first[0][0]["action"] == "allow"  # counted afresh: 1 of 3
+
+
+def test_a_verdict_of_another_state_never_observes_a_nudged_call(impl: ModuleType) -> None:
+    # Found by the state fuzzer (100,000 cases, seed 26): an allowed verdict whose step and
+    # key name a nudged call in the state loaded since gave that call a result, and the
+    # snapshot written next was refused by both backends.
+    nudging = impl.Guard()
+    nudging.check("get_logs", {"q": 1})
+    assert nudging.check("get_logs", {"q": 1}).action == "nudge"  # step 2
+    guard = impl.Guard()
+    guard.check("search", {"q": 0})
+    allowed = guard.check("get_logs", {"q": 1})  # step 2 too, allowed here
+    assert allowed.action == "allow"
+    guard.load(nudging.snapshot())
+    guard.observe(allowed, "rows")
+    data = guard.snapshot()
+    assert data == nudging.snapshot()
+    for module in MODULES:
+        assert module.Guard.from_snapshot(data).snapshot() == data

@@ -39,7 +39,8 @@ mistake the guard can make, a loop caught a step later a small one.
   "differs"), never a failure and never "empty"; the same error is the same output of the
   same command.
 - **Polls**: a tool declared ``"poll"`` may repeat the same call while waiting, up to
-  ``max_polls`` times a run (default 20); then it stops with ``loop_detected``.
+  ``max_polls`` times a run (default 20); then it stops with ``loop_detected``. The counts
+  of the ``COUNTED_CALLS`` (256) calls counted last are kept (so are transient retries').
 - **Cycles** (``_cycle``): when the last ``2p`` calls are two laps of one cycle of ``p``
   calls (at least two different ones) with the same results, and this call would start a
   third lap, the run stops with ``no_progress`` (edit, undo, edit; A-B-A-B). When the cycle
@@ -1159,10 +1160,12 @@ class Guard:
                 entry.question = question
 
     def _entry_of(self, verdict: Verdict) -> _Entry | None:
-        """The window's entry of an allowed verdict's call, if it is still in the window."""
+        """The window's entry of an allowed verdict's call, if it is still in the window. A
+        nudged entry is no allowed call's (a verdict given by another state than this one,
+        loaded since, can name its step and key): it never ran, so nothing is observed of it."""
         for entry in reversed(self._window):
             if entry.step == verdict.step and entry.key == verdict.key:
-                return entry
+                return None if entry.nudged else entry
         return None
 
     def user_message(self) -> None:
