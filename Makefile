@@ -70,5 +70,13 @@ fuzz: $(PY)
 		-max_total_time=$(SECONDS) -print_final_stats=1 \
 		-artifact_prefix=fuzz/work/call_key/ $(FUZZ_FLAGS)
 
+# The run-state + operations fuzzer (plain Python, no atheris): CASES cases from SEED.
+CASES ?= 1000
+SEED ?= 0
+
+.PHONY: fuzz-state
+fuzz-state: $(PY)
+	$(PY) fuzz/fuzz_guard_state.py --cases $(CASES) --seed $(SEED)
+
 .PHONY: all
 all: format lint typecheck test

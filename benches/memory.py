@@ -11,6 +11,11 @@
 (c) Distinct tool names (issue 26): RSS of one guard over a million checks, each of a tool
     with a new name, on both backends (``--names`` runs only this part). Flat: a guard keeps a
     name only while its window holds a call to it.
+(d) Distinct poll calls (issue 26): RSS of one guard over a million checks of a poll tool,
+    each with new arguments and each observed as a transient failure (so both the poll counts
+    and the transient-retry counts get a new call each check), on both backends, and the
+    size of its snapshot (``--polls`` runs only this part). Flat, and the snapshot bounded:
+    a guard keeps the counts of the 256 calls it counted last (``COUNTED_CALLS``).
 
 Each measurement runs in its own fresh interpreter (this script re-runs itself), so memory one
 measurement frees and the allocator keeps cannot hide the next one's growth. The list holding
@@ -155,6 +160,61 @@ def measure_names(backend: str, names: int) -> dict[str, Any]:
     return {"warm": warm, "after": after, "seconds": seconds, "names": names}
 
 
+# -- (d) distinct poll calls ---------------------------------------------------------------
+
+POLLS = 1_000_000
+
+
+def measure_polls(backend: str, polls: int) -> dict[str, Any]:
+    """One guard, ``polls`` checks of a poll tool with new arguments each, each observed as
+    a timeout: RSS after a warm-up of 10,000, and after all of them; the snapshot's size
+    after the warm-up and at the end."""
+    guard = _backend(backend).Guard(tools={"job_status": "poll"})
+    check, observe = guard.check, guard.observe
+
+    def run(start: int, stop: int) -> None:
+        for i in range(start, stop):
+            observe(check("job_status", {"job": i}), None, error="timed out", transient=True)
+
+    run(0, NAMES_WARMUP)
+    warm, warm_snapshot = rss_bytes(), len(guard.snapshot())
+    start = time.perf_counter()
+    run(NAMES_WARMUP, NAMES_WARMUP + polls)
+    seconds = time.perf_counter() - start
+    after, snapshot = rss_bytes(), len(guard.snapshot())
+    assert guard.steps == NAMES_WARMUP + polls and not guard.stopped
+    return {
+        "warm": warm,
+        "after": after,
+        "seconds": seconds,
+        "warm_snapshot": warm_snapshot,
+        "snapshot": snapshot,
+    }
+
+
+def print_polls(polls: int = POLLS) -> None:
+    rows = []
+    for backend in ("native", "reference"):
+        m = _child("polls", backend, str(polls))
+        delta = m["after"] - m["warm"]
+        rows.append(
+            [
+                backend,
+                _mb(m["warm"]),
+                _mb(m["after"]),
+                _signed_kb(delta),
+                f"{m['warm_snapshot']:,} B",
+                f"{m['snapshot']:,} B",
+                f"{m['seconds']:.1f} s",
+            ]
+        )
+    _print_table(
+        f"(d) one guard, {polls:,} distinct poll calls, each a timeout (after {NAMES_WARMUP:,})",
+        ["backend", "after warm-up", f"after {polls:,}", "delta", "snapshot", "at end", "time"],
+        rows,
+    )
+
+
 # -- driver -------------------------------------------------------------------------------
 
 
@@ -255,6 +315,8 @@ def main() -> None:
     )
     print()
     print_names()
+    print()
+    print_polls()
 
 
 def print_names(names: int = NAMES) -> None:
@@ -286,10 +348,14 @@ if __name__ == "__main__":
             result = measure_leak(rest[0])
         elif kind == "names":
             result = measure_names(rest[0], int(rest[1]))
+        elif kind == "polls":
+            result = measure_polls(rest[0], int(rest[1]))
         else:
             result = measure_guards(rest[0], int(rest[1]), int(rest[2]))
         print(json.dumps(result))
     elif sys.argv[1:2] == ["--names"]:
         print_names()  # (c) alone
+    elif sys.argv[1:2] == ["--polls"]:
+        print_polls(int(sys.argv[2]) if len(sys.argv) > 2 else POLLS)  # (d) alone
     else:
         main()

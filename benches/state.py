@@ -2,10 +2,16 @@
 on loopback next to a bare PING. Prints times and ratios; asserts nothing about time.
 
     python benches/state.py            # needs redis-server on PATH for the second part
+    python benches/state.py --polls    # only the third: a long run of distinct polls
 
 A full guard: a window of 12 full, 128 call ids remembered (the most it keeps), the ids short
 (``call_0001``) and, natively, as long as OpenAI's (29 bytes). Targets:
 snapshot and restore each under 5 us natively; a RedisGuard check's p50 at most 2.5x PING's.
+
+Third (issue 26): a RedisGuard with a poll tool over 50,000 checks, each a poll with new
+arguments observed as a timeout (the worst case for the per-call counts, which are part of
+the state written each check). Target: flat, the last 5,000 checks' median within 1.2x the
+second 5,000's (the counts are bounded at 256 calls each, reached after 256 checks).
 """
 
 from __future__ import annotations
@@ -91,6 +97,67 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class RedisServer:
+    """A redis-server on a free loopback port, for as long as the ``with`` block runs."""
+
+    def __enter__(self) -> Any:
+        import redis
+
+        server = shutil.which("redis-server")
+        assert server is not None
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        flags = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen([server, *flags], stdout=subprocess.DEVNULL)
+        client = redis.Redis(port=port, socket_timeout=1, socket_connect_timeout=1)
+        for _ in range(200):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.01)
+        return client
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def redis_polls(checks: int = 50_000, block: int = 5_000) -> None:
+    try:
+        import redis
+    except ImportError:
+        redis = None
+    if shutil.which("redis-server") is None or redis is None:
+        print("redis polls: skipped (needs redis-server and the redis package)")
+        return
+    from tripwire.redis import RedisGuard
+
+    with RedisServer() as client:
+        guard = RedisGuard(client, "bench-polls", tools={"job_status": "poll"})
+        medians = []
+        times: list[float] = []
+        for i in range(checks):
+            start = time.perf_counter_ns()
+            verdict = guard.check("job_status", {"job": i})
+            guard.observe(verdict, None, error="timed out", transient=True)
+            times.append((time.perf_counter_ns() - start) / 1000)
+            if len(times) == block:
+                medians.append(statistics.median(times))
+                times = []
+        size = len(client.get(guard.key) or b"")
+    print(
+        f"RedisGuard, {checks:,} distinct polls each observed as a timeout: "
+        f"us per check + observe (median of each {block:,})"
+    )
+    for n, median in enumerate(medians):
+        print(f"  checks {n * block + 1:>6,}-{(n + 1) * block:>6,}  {median:7.1f}")
+    ratio = medians[-1] / medians[1]
+    verdict = "flat" if ratio <= 1.2 else "GROWS"
+    print(f"  last / second block: {ratio:.2f}x ({verdict}); the state in redis: {size:,} bytes")
+
+
 def redis_checks() -> None:
     server = shutil.which("redis-server")
     try:
@@ -154,5 +221,9 @@ def redis_checks() -> None:
 
 
 if __name__ == "__main__":
-    snapshots()
-    redis_checks()
+    import sys
+
+    if sys.argv[1:] != ["--polls"]:
+        snapshots()
+        redis_checks()
+    redis_polls()

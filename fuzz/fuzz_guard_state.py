@@ -127,28 +127,68 @@ def crafted(rng: random.Random, options: dict[str, Any], log: list[str]) -> byte
         return None
 
 
+# Each edit keeps the state consistent (the reader's invariants, tripwire._snapshot) most of
+# the time, so that both backends restore it and run on from an edge; the rest of the time it
+# breaks one, and both must refuse it alike.
+VALID = 0.85
+
+
+def _highest_step(guard: Any) -> int:
+    steps = [e.step for e in guard._window]
+    steps += [r.verdict.step for r in guard._by_call_id.values()]
+    if guard._stopped is not None:
+        steps.append(guard._stopped.step)
+    return max(steps, default=0)
+
+
 def _steps(rng: random.Random, guard: Any) -> None:
-    guard._steps = rng.choice(EDGES)
+    if rng.random() < VALID:
+        low = _highest_step(guard)
+        guard._steps = rng.choice([e for e in EDGES if e >= low] or [low])
+    else:
+        guard._steps = rng.choice(EDGES)
 
 
 def _turn(rng: random.Random, guard: Any) -> None:
-    guard._turn = rng.choice((U32 - 1, U32, 0, 5))
+    low = max((e.turn for e in guard._window), default=0)
+    choices = (U32 - 1, U32, 0, 5)
+    if rng.random() < VALID:
+        choices = tuple(t for t in choices if t >= low) or (low,)
+    guard._turn = rng.choice(choices)
 
 
 def _entry_steps(rng: random.Random, guard: Any) -> None:
+    if rng.random() < VALID:
+        # Increasing, ending at an edge; steps raised to the last.
+        n = len(guard._window)
+        top = rng.choice([e for e in EDGES if e >= n] or [U64])
+        for offset, entry in enumerate(guard._window):
+            entry.step = top - (n - 1 - offset)
+        guard._steps = max(guard._steps, top)
+        return
     for entry in guard._window:
         if rng.random() < 0.5:
             entry.step = rng.choice(EDGES)
 
 
 def _entry_turns(rng: random.Random, guard: Any) -> None:
+    if rng.random() < VALID:
+        turns = sorted(rng.choice((0, guard._turn)) for _ in guard._window)
+        for entry, turn in zip(guard._window, turns, strict=True):
+            entry.turn = turn
+        return
     for entry in guard._window:
         entry.turn = rng.choice((0, guard._turn, guard._turn + 1, U32))
 
 
-def _retry_without_result(rng: random.Random, guard: Any) -> None:
+def _retry_flags(rng: random.Random, guard: Any) -> None:
+    valid = rng.random() < VALID
     for entry in guard._window:
-        if entry.result is None or rng.random() < 0.3:
+        if entry.failed:
+            entry.retry = rng.random() < 0.5
+            if entry.retry:
+                entry.question = None  # observe drops a retry's question
+        elif not valid and (entry.result is None or rng.random() < 0.3):
             entry.retry = True
 
 
@@ -159,29 +199,42 @@ def _flags(rng: random.Random, guard: Any) -> None:
 
 
 def _error_text(rng: random.Random, guard: Any) -> None:
+    valid = rng.random() < VALID
     for entry in guard._window:
-        if entry.failed:
-            entry.error = rng.choice(("", "Error: something else", "é\ud800"))
-        elif entry.result is not None and rng.random() < 0.3:
-            entry.failed, entry.error = True, "Error: made up"
+        if entry.nudged or rng.random() < 0.5:
+            continue
+        text = rng.choice(("", "Error: something else", "é\ud800", "timed out"))
+        entry.failed, entry.empty, entry.error = True, False, text
+        entry.result = native.call_key("error", text) if valid else entry.result or "0" * 16
+        entry.retry = False
+        entry.held, entry.args = False, None
 
 
 def _polls(rng: random.Random, guard: Any) -> None:
+    if rng.random() < 0.3:
+        # Near the memory's bound, so that the next polls forget the oldest.
+        for i in range(rng.choice((250, 255, 256))):
+            guard._polls[native.call_key("status", {"filler": i})] = rng.choice((1, 2, U32))
     key = rng.choice([e.key for e in guard._window] or [native.call_key("build", {"a": 1})])
-    guard._polls[key] = rng.choice((U32 - 1, U32, 2, 3, 4, 20, 21))
+    values = (U32 - 1, U32, 2, 3, 4, 20, 21) + ((0,) if rng.random() > VALID else ())
+    guard._polls[key] = rng.choice(values)
+    guard._polls.move_to_end(key, last=rng.random() < 0.5)
 
 
 def _retries(rng: random.Random, guard: Any) -> None:
     key = rng.choice([e.key for e in guard._window] or [native.call_key("get_logs", {"a": 1})])
-    guard._retries[key] = rng.choice((U32, 1, 2, 3, 4))
+    values = (1, 2, 3) + ((U32, 4, 0) if rng.random() > VALID else ())
+    guard._retries[key] = rng.choice(values)
 
 
 def _remembered(rng: random.Random, guard: Any) -> None:
+    valid = rng.random() < VALID
     for remembered in list(guard._by_call_id.values()):
         if rng.random() < 0.5:
             remembered.answered = not remembered.answered
         if rng.random() < 0.5:
-            step = rng.choice(EDGES)
+            edges = [e for e in EDGES if 1 <= e <= guard._steps] if valid else EDGES
+            step = rng.choice(edges or [guard._steps or 1])
             remembered.verdict = remembered.verdict._replace()
             object.__setattr__(remembered.verdict, "step", step)
 
@@ -191,7 +244,7 @@ EDITS: tuple[Callable[[random.Random, Any], None], ...] = (
     _turn,
     _entry_steps,
     _entry_turns,
-    _retry_without_result,
+    _retry_flags,
     _flags,
     _error_text,
     _polls,

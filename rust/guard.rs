@@ -123,6 +123,64 @@ impl Policy {
 /// How many transient failures of one call a run may retry before they count as repeats.
 pub const TRANSIENT_RETRIES: u32 = 3;
 
+/// How many distinct calls' poll counts, and transient-retry counts, a run remembers (each):
+/// past it, the least recently counted is forgotten (the reference's `COUNTED_CALLS`).
+pub const COUNTED_CALLS: usize = 256;
+
+/// Counts by call (polls, transient retries), in the order they were last counted: at most
+/// [`COUNTED_CALLS`], the least recently counted forgotten first, as the reference's
+/// `Guard._count` does (snapshots keep the order, so a restored guard forgets the same one).
+#[derive(Default)]
+pub struct Counts {
+    counts: HashMap<Key, u32>,
+    /// Oldest first; the call being counted is nearly always the newest, so it is looked
+    /// for from the back.
+    order: VecDeque<Key>,
+}
+
+impl Counts {
+    pub fn get(&self, key: Key) -> u32 {
+        self.counts.get(&key).copied().unwrap_or(0)
+    }
+
+    /// Sets a call's count, as the most recently counted.
+    pub fn set(&mut self, key: Key, count: u32) {
+        if self.counts.insert(key, count).is_some() {
+            if let Some(at) = self.order.iter().rposition(|k| *k == key) {
+                self.order.remove(at);
+            }
+        }
+        self.order.push_back(key);
+        if self.order.len() > COUNTED_CALLS {
+            if let Some(old) = self.order.pop_front() {
+                self.counts.remove(&old);
+            }
+        }
+    }
+
+    /// Adds a call read from a snapshot as the most recent; false if it is there already.
+    pub fn push_read(&mut self, key: Key, count: u32) -> bool {
+        if self.counts.insert(key, count).is_some() {
+            return false;
+        }
+        self.order.push_back(key);
+        true
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The counts, the least recently counted first.
+    pub fn in_order(&self) -> impl Iterator<Item = (Key, u32)> + '_ {
+        self.order.iter().map(|k| (*k, self.get(*k)))
+    }
+}
+
 /// The numbers a guard is configured with. Validated by the Python layer
 /// (`tripwire._guard.check_limits`, the one source of those checks and their messages):
 /// `window >= 1`, `2 <= nudge_at <= stop_at <= window + 1`, `max_steps >= 1`.
@@ -584,10 +642,10 @@ pub struct RunState<V, R, N> {
     pub(crate) restored: Box<[u8]>,
     pub(crate) cache: HashMap<Key, R>,
     pub(crate) cache_order: VecDeque<Key>,
-    /// Checks of each poll tool's call so far this run (not only in the window).
-    pub(crate) polls: HashMap<Key, u32>,
-    /// Transient failures of each call so far this run.
-    pub(crate) retries: HashMap<Key, u32>,
+    /// Checks of each poll tool's call so far this run (not only in the window), and
+    /// transient failures of each call: [`Counts`] (bounded).
+    pub(crate) polls: Counts,
+    pub(crate) retries: Counts,
     /// User messages so far this run.
     pub(crate) turn: u32,
     /// The texts of the failures in the window, by their digest, for messages.
@@ -621,8 +679,8 @@ impl<V, R, N> Default for RunState<V, R, N> {
             restored: Box::default(),
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
-            polls: HashMap::new(),
-            retries: HashMap::new(),
+            polls: Counts::default(),
+            retries: Counts::default(),
             turn: 0,
             error_texts: HashMap::new(),
             observed: false,
@@ -719,8 +777,11 @@ impl<V, R, N> RunState<V, R, N> {
         rule: Option<ToolRule>,
         question: Option<Question>,
     ) -> Decision {
-        let step = self.steps + 1;
-        let over_budget = limits.max_steps.is_some_and(|budget| self.steps >= budget);
+        // Saturates, as the reference's does (a restored state can be at 2^64 - 1).
+        let step = self.steps.saturating_add(1);
+        // Past 2^64 - 1 steps, as past a budget, every check stops (the reference's `_judge`).
+        let over_budget =
+            self.steps == u64::MAX || limits.max_steps.is_some_and(|budget| self.steps >= budget);
         let decision = |action, reason, repeats, detail| Decision {
             action,
             reason,
@@ -733,7 +794,7 @@ impl<V, R, N> RunState<V, R, N> {
             max_polls,
         }) = rule
         {
-            let polls = self.polls.get(&key).copied().unwrap_or(0) + 1;
+            let polls = self.polls.get(key).saturating_add(1);
             return if polls > max_polls {
                 decision(
                     Action::Stop,
@@ -1078,7 +1139,8 @@ impl<V, R, N> RunState<V, R, N> {
             self.cache_order.clear();
         }
         if allowed && policy == Some(Policy::Poll) {
-            *self.polls.entry(key).or_insert(0) += 1;
+            let polls = self.polls.get(key).saturating_add(1);
+            self.polls.set(key, polls);
         }
         if let Some((call_id, verdict)) = remembered {
             let answered = decision.action == Action::Nudge;
@@ -1188,6 +1250,9 @@ impl<V, R, N> RunState<V, R, N> {
             .window
             .iter()
             .rposition(|e| e.step == step && e.key == key)
+            // A nudged call never ran: nothing is observed of it (a verdict given by another
+            // state, loaded since, can name its step and key), as the reference's `_entry_of`.
+            .filter(|&i| !self.window[i].nudged)
         else {
             released.names.extend(outcome.error);
             return (released, None);
@@ -1201,9 +1266,11 @@ impl<V, R, N> RunState<V, R, N> {
         let was_retry = self.window[index].retry;
         let mut retry = false;
         if outcome.failed && outcome.transient {
-            let retries = self.retries.entry(key).or_insert(0);
-            if was_retry || *retries < TRANSIENT_RETRIES {
-                *retries += u32::from(!was_retry);
+            let retries = self.retries.get(key);
+            if was_retry || retries < TRANSIENT_RETRIES {
+                if !was_retry {
+                    self.retries.set(key, retries + 1);
+                }
                 retry = true;
             }
         }
@@ -1271,7 +1338,7 @@ impl<V, R, N> RunState<V, R, N> {
             .rev()
             .find(|e| e.step == step && e.key == key)
         {
-            if entry.question.is_none() {
+            if entry.question.is_none() && !entry.nudged {
                 entry.question = question;
             }
         }
@@ -1279,7 +1346,7 @@ impl<V, R, N> RunState<V, R, N> {
 
     /// A human message arrived: see the reference's `user_message`.
     pub fn user_message(&mut self) {
-        self.turn = self.turn.wrapping_add(1);
+        self.turn = self.turn.saturating_add(1);
     }
 
     /// Remembers the verdict given at `step` to a call id for the call with `key`;

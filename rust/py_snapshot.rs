@@ -13,7 +13,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyMemoryView, PyString};
 use sha2::{Digest, Sha256};
 
 use crate::key::Key;
-use crate::py_canon::{ascii_of, wtf8_of, VolatileKeys};
+use crate::py_canon::{ascii_of, canonical_key, wtf8_of, VolatileKeys};
 use crate::py_guard::{
     formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictDetail,
 };
@@ -588,7 +588,23 @@ fn read_state(py: Python<'_>, config: &GuardConfig, reader: &mut Reader<'_>) -> 
         budget: config.max_steps_text.clone(),
         texts: Vec::new(),
     };
-    State::read_snapshot(reader, config.limits.window, &mut decoder).map_err(format_error(py))
+    let state = State::read_snapshot(reader, config.limits.window, &mut decoder)
+        .map_err(format_error(py))?;
+    // A failure's digest is its error text's (the reference's `_results.digest`, with the
+    // default volatile keys): checked here, where the text is a Python str to key.
+    let name = pyo3::intern!(py, "error").as_any();
+    for (digest, text) in &state.error_texts {
+        let keyed = VolatileKeys::with_arg(py, None, |volatile| {
+            canonical_key(py, name, text.bind(py).as_any(), volatile)
+        });
+        if keyed.ok() != Some(*digest) {
+            return Err(error(
+                py,
+                "not a tripwire guard snapshot: an error text is not its digest's",
+            ));
+        }
+    }
+    Ok(state)
 }
 
 /// The bytes of a snapshot argument: bytes (borrowed), bytearray or memoryview (copied).

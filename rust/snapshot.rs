@@ -9,10 +9,9 @@
 //! Reading validates everything a corrupt or foreign snapshot could get wrong and builds a
 //! new state, so a failed read changes nothing and nothing read can make the guard panic.
 
-use std::collections::HashMap;
-
 use crate::guard::{
-    Action, CallIds, Entry, Question, Reason, Remembered, RunState, CACHE_ENTRIES, CALL_ID_MEMORY,
+    Action, CallIds, Counts, Entry, Question, Reason, Remembered, RunState, CACHE_ENTRIES,
+    CALL_ID_MEMORY, COUNTED_CALLS, TRANSIENT_RETRIES,
 };
 use crate::json::is_wtf8;
 use crate::key::Key;
@@ -571,7 +570,7 @@ fn check_detail(reader: &mut Reader<'_>, nested: bool) -> Result<()> {
             reader.flag()?;
         }
         6 => {
-            reader.varint()?;
+            reader.u32()?;
         }
         7 if !nested => {
             reader.text()?;
@@ -596,7 +595,7 @@ fn read_detail<'a>(reader: &mut Reader<'a>, nested: bool) -> Result<DetailData<&
         3 => DetailData::Errors(reader.u32()?, reader.text()?),
         4 => DetailData::Empty(reader.u32()?, read_names(reader)?),
         5 => DetailData::Cycle(read_names(reader)?, reader.flag()?),
-        6 => DetailData::PollLimit(reader.varint()?),
+        6 => DetailData::PollLimit(u64::from(reader.u32()?)),
         7 if !nested => DetailData::After(
             reader.text()?,
             reader.u32()?,
@@ -694,10 +693,8 @@ impl<V, R, N> RunState<V, R, N> {
             codec.write_verdict(out, &remembered.verdict, &self.restored);
         }
         for counts in [&self.polls, &self.retries] {
-            let mut sorted: Vec<(Key, u32)> = counts.iter().map(|(&k, &n)| (k, n)).collect();
-            sorted.sort_unstable();
-            out.varint(sorted.len() as u64);
-            for (key, count) in sorted {
+            out.varint(counts.len() as u64);
+            for (key, count) in counts.in_order() {
                 out.key(key);
                 out.varint(u64::from(count));
             }
@@ -725,12 +722,22 @@ impl<V, R, N> RunState<V, R, N> {
         };
         let entries = reader.count(window)?;
         state.window.reserve_exact(entries);
+        let (mut previous_step, mut previous_turn) = (0, 0);
         for _ in 0..entries {
             let key = reader.key()?;
             let tool = reader.text()?;
             let step = reader.varint()?;
             let turn = reader.u32()?;
+            // The invariants are the reference's (`tripwire._snapshot`), in its order.
+            if step <= previous_step || step > state.steps {
+                return fail("an entry's step is out of order or past the steps");
+            }
+            if !(previous_turn..=state.turn).contains(&turn) {
+                return fail("an entry's turn is out of order or past the turn");
+            }
+            (previous_step, previous_turn) = (step, turn);
             let flags = reader.u8()?;
+            check_flags(flags)?;
             let result = (flags & HAS_RESULT != 0)
                 .then(|| reader.key())
                 .transpose()?;
@@ -783,7 +790,12 @@ impl<V, R, N> RunState<V, R, N> {
         // the codec keeps verdicts by are offsets into these bytes, copied once after.
         let mut part = Reader::new(reader.rest);
         if part.flag()? {
-            state.stopped = Some(codec.read_verdict(&mut part)?);
+            let stop = part.peek().is_some_and(|head| head & 3 == 2);
+            let verdict = codec.read_verdict(&mut part)?;
+            if !stop || codec.verdict_step(&verdict) > state.steps {
+                return fail("the stop is not a stop of this run");
+            }
+            state.stopped = Some(verdict);
         }
         let ids = part.count(CALL_ID_MEMORY)?;
         state.call_ids = CallIds::with_capacity(ids);
@@ -802,14 +814,17 @@ impl<V, R, N> RunState<V, R, N> {
             if !state.call_ids.push_read(id, remembered) {
                 return fail("a call id twice");
             }
+            if !(1..=state.steps).contains(&step) {
+                return fail("a call id's verdict is past the steps");
+            }
         }
         let read = part.position();
         if codec.keeps_bytes() {
             state.restored = reader.rest[..read].into();
         }
         reader.rest = &reader.rest[read..];
-        state.polls = read_counts(reader)?;
-        state.retries = read_counts(reader)?;
+        state.polls = read_counts(reader, u32::MAX)?;
+        state.retries = read_counts(reader, TRANSIENT_RETRIES)?;
         let cached = reader.count(CACHE_ENTRIES)?;
         for _ in 0..cached {
             let key = reader.key()?;
@@ -842,19 +857,53 @@ impl<V, R, N> RunState<V, R, N> {
     }
 }
 
-fn read_counts(reader: &mut Reader<'_>) -> Result<HashMap<Key, u32>> {
-    let n = reader.count(usize::MAX)?;
-    let mut counts = HashMap::with_capacity(n);
-    let mut previous: Option<Key> = None;
+fn read_counts(reader: &mut Reader<'_>, limit: u32) -> Result<Counts> {
+    let n = reader.count(COUNTED_CALLS)?;
+    let mut counts = Counts::default();
     for _ in 0..n {
         let key = reader.key()?;
-        if previous.is_some_and(|p| key <= p) {
-            return fail("counts out of order");
+        let count = reader.varint_max(u64::from(limit))? as u32;
+        if count == 0 {
+            return fail("a call counted 0 times");
         }
-        counts.insert(key, reader.u32()?);
-        previous = Some(key);
+        if !counts.push_read(key, count) {
+            return fail("a call counted twice");
+        }
     }
     Ok(counts)
+}
+
+/// An entry's flags, as the guard sets them (the reference's `_check_flags`, in its order).
+fn check_flags(flags: u8) -> Result<()> {
+    let observed = EMPTY | FAILED | RETRY | HAS_RESULT;
+    if flags & NUDGED != 0 && flags & (WRITES | CHANGES | observed) != 0 {
+        return fail(format!("a nudged call that ran (entry flags {flags:#x})"));
+    }
+    if flags & WRITES != 0 && flags & CHANGES == 0 {
+        return fail(format!(
+            "a write that changes nothing (entry flags {flags:#x})"
+        ));
+    }
+    if flags & (EMPTY | FAILED) != 0 && flags & HAS_RESULT == 0 {
+        return fail(format!("a result without digest (entry flags {flags:#x})"));
+    }
+    if flags & EMPTY != 0 && flags & FAILED != 0 {
+        return fail(format!(
+            "a failure that came back empty (entry flags {flags:#x})"
+        ));
+    }
+    if flags & RETRY != 0 && flags & FAILED == 0 {
+        return fail(format!(
+            "a retry of a call that did not fail (entry flags {flags:#x})"
+        ));
+    }
+    let marked = flags & EMPTY != 0 || flags & (FAILED | RETRY) == FAILED;
+    if flags & QUESTION != 0 && flags & HAS_RESULT != 0 && !marked {
+        return fail(format!(
+            "a question kept for a plain result (entry flags {flags:#x})"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -982,7 +1031,7 @@ mod tests {
             let failed = i % 4 == 0;
             let outcome = Outcome {
                 result: Some(if failed { 99 } else { i % 2 }),
-                empty: i % 2 == 0,
+                empty: i % 2 == 0 && !failed,
                 failed,
                 transient: i % 8 == 0,
                 error: failed.then(|| b"Error: 503".to_vec()),
@@ -992,7 +1041,9 @@ mod tests {
         state.user_message();
         state.store_result(3, b"[1,2]".to_vec());
         state.store_result(4, b"not json".to_vec());
-        state.stopped = Some(verdict(140, b"x"));
+        let mut stop = verdict(140, b"x");
+        (stop.action, stop.reason) = (Action::Stop, Some(Reason::NoProgress));
+        state.stopped = Some(stop);
         state
     }
 

@@ -39,7 +39,8 @@ mistake the guard can make, a loop caught a step later a small one.
   "differs"), never a failure and never "empty"; the same error is the same output of the
   same command.
 - **Polls**: a tool declared ``"poll"`` may repeat the same call while waiting, up to
-  ``max_polls`` times a run (default 20); then it stops with ``loop_detected``.
+  ``max_polls`` times a run (default 20); then it stops with ``loop_detected``. The counts
+  of the ``COUNTED_CALLS`` (256) calls counted last are kept (so are transient retries').
 - **Cycles** (``_cycle``): when the last ``2p`` calls are two laps of one cycle of ``p``
   calls (at least two different ones) with the same results, and this call would start a
   third lap, the run stops with ``no_progress`` (edit, undo, edit; A-B-A-B). When the cycle
@@ -94,7 +95,7 @@ from tripwire._policy import (
     infer_policy,
 )
 from tripwire._question import Question, question_of, same_question
-from tripwire._results import describe_result
+from tripwire._results import describe_result, digest
 from tripwire._snapshot import (
     ACTIONS,
     CHANGES,
@@ -107,6 +108,7 @@ from tripwire._snapshot import (
     H_INVALID,
     HAS_RESULT,
     MAX_U32,
+    MAX_U64,
     NUDGED,
     QUESTION,
     REASONS,
@@ -139,6 +141,12 @@ CALL_ID_MEMORY: Final = 128
 CACHE_ENTRIES: Final = 1024
 # How many transient failures of one call a run may retry before they count as repeats.
 TRANSIENT_RETRIES: Final = 3
+# How many distinct calls' poll counts, and how many distinct calls' transient-retry counts,
+# a guard remembers (each). Arguments come from the model, so a run can make up a new poll
+# call each check: past this, the least recently counted call is forgotten (its count starts
+# again from 0), so memory and snapshots stay bounded (issue 26). A loop is always the most
+# recently counted call, so it is never the one forgotten.
+COUNTED_CALLS: Final = 256
 # How many undeclared tools' inferred policies a guard remembers (tool names come from the
 # model, so the memory is bounded; past it, a policy is inferred again on each call).
 INFERRED_TOOLS: Final = 1024
@@ -225,6 +233,8 @@ def stop_message(
     if detail is not None and detail[0] == "after":
         return stop_message(reason, detail[1], detail[2], window, budget, detail[3])
     if reason == "budget_exhausted":
+        # No budget: the run's 2**64 - 1 steps (``Guard._judge``).
+        budget = (1 << 64) - 1 if budget is None else budget
         return f"Stopped (budget_exhausted): the budget of {budget} tool calls is spent."
     if reason == "no_progress":
         assert detail is not None
@@ -623,10 +633,11 @@ class Guard:
 
     def _clear(self) -> None:
         self._window: deque[_Entry] = deque(maxlen=self._window_size)
-        # Checks of each poll tool's call so far this run (not only in the window).
-        self._polls: dict[str, int] = {}
-        # Transient failures of each call so far this run.
-        self._retries: dict[str, int] = {}
+        # Checks of each poll tool's call so far this run (not only in the window), and
+        # transient failures of each call: the least recently counted first, at most
+        # COUNTED_CALLS of each (``_count``).
+        self._polls: OrderedDict[str, int] = OrderedDict()
+        self._retries: OrderedDict[str, int] = OrderedDict()
         self._steps = 0
         self._turn = 0
         self._stopped: Verdict | None = None
@@ -795,7 +806,9 @@ class Guard:
                 budget=self._max_steps,
                 detail=after,
             )
-        step = self._steps + 1
+        # Saturates, as every count does (2**64 - 1 checks: never in practice, but a restored
+        # state can be there, and a snapshot holds no more).
+        step = min(self._steps + 1, MAX_U64)
         kind = policy.kind if policy is not None else None
         action, reason, repeats, detail = self._judge(name, key, policy, question)
         extra: dict[str, Any] = {
@@ -815,7 +828,7 @@ class Guard:
                 self._released.append(self._cache)
                 self._cache = OrderedDict()
             if kind == "poll":
-                self._polls[key] = self._polls.get(key, 0) + 1
+                self._count(self._polls, key, min(self._polls.get(key, 0) + 1, MAX_U32))
         verdict = Verdict(action, reason, name, key, repeats, step, cached=cached, **extra)
         self._steps = step
         if action == "stop":
@@ -835,6 +848,14 @@ class Guard:
             self._remember_call_id(call_id, key, verdict)
         return verdict
 
+    def _count(self, counts: OrderedDict[str, int], key: str, value: int) -> None:
+        """Sets a call's count, as the most recently counted; forgets the least recently
+        counted call past ``COUNTED_CALLS``."""
+        counts[key] = value
+        counts.move_to_end(key)
+        if len(counts) > COUNTED_CALLS:
+            self._released.append(counts.popitem(last=False))
+
     def _update_wants(self) -> None:
         self._wants_question = any(entry.marked for entry in self._window)
 
@@ -843,9 +864,13 @@ class Guard:
     ) -> tuple[Action, Reason | None, int, Detail]:
         """Action, reason, repeats and message detail for a call; changes nothing. The rules,
         each a method of its own: polls, repeats, cycles, fruitless runs, the budget."""
-        over_budget = self._max_steps is not None and self._steps >= self._max_steps
+        # A run holds at most 2**64 - 1 steps (what a snapshot holds): past them, as past a
+        # budget, every check stops (steps saturate, and no two calls share a step).
+        over_budget = self._steps == MAX_U64 or (
+            self._max_steps is not None and self._steps >= self._max_steps
+        )
         if policy is not None and policy.kind == "poll":
-            polls = self._polls.get(key, 0) + 1
+            polls = min(self._polls.get(key, 0) + 1, MAX_U32)
             if polls > policy.max_polls:
                 return "stop", "loop_detected", polls, ("poll", policy.max_polls)
             if over_budget:
@@ -1111,7 +1136,8 @@ class Guard:
             if failed and is_transient:
                 retries = self._retries.get(entry.key, 0)
                 if was_retry or retries < TRANSIENT_RETRIES:
-                    self._retries[entry.key] = retries + (not was_retry)
+                    if not was_retry:
+                        self._count(self._retries, entry.key, retries + 1)
                     entry.retry = True
             if not entry.marked:
                 # Only a call that came back empty or failed is read for what it asked: the
@@ -1134,17 +1160,19 @@ class Guard:
                 entry.question = question
 
     def _entry_of(self, verdict: Verdict) -> _Entry | None:
-        """The window's entry of an allowed verdict's call, if it is still in the window."""
+        """The window's entry of an allowed verdict's call, if it is still in the window. A
+        nudged entry is no allowed call's (a verdict given by another state than this one,
+        loaded since, can name its step and key): it never ran, so nothing is observed of it."""
         for entry in reversed(self._window):
             if entry.step == verdict.step and entry.key == verdict.key:
-                return entry
+                return None if entry.nudged else entry
         return None
 
     def user_message(self) -> None:
         """Tells the guard a human message arrived: the same successful call once per user
         message is not a loop (a call that keeps failing the same way still is)."""
         with self._locked():
-            self._turn += 1
+            self._turn = min(self._turn + 1, MAX_U32)
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -1292,7 +1320,7 @@ class Guard:
             _write_verdict(out, remembered.verdict)
         for counts in (self._polls, self._retries):
             out.varint(len(counts))
-            for key, count in sorted(counts.items()):
+            for key, count in counts.items():
                 out.key(key)
                 out.varint(count)
         cached = [(key, json_text(value)) for key, value in self._cache.items()]
@@ -1304,19 +1332,23 @@ class Guard:
         return bytes(out.out)
 
     def _read_state(self, reader: Reader) -> tuple[Any, ...]:
-        """A snapshot's run state, validated, without changing anything."""
+        """A snapshot's run state, validated (its bounds and its consistency: the invariants
+        in ``tripwire._snapshot``), without changing anything."""
         steps = reader.varint()
         turn = reader.varint(MAX_U32)
         window: deque[_Entry] = deque(maxlen=self._window_size)
         errors: dict[str, str] = {}
+        previous_step, previous_turn = 0, 0
         for _ in range(reader.count(self._window_size)):
             entry = _Entry(reader.key(), reader.text(), reader.varint(), False, "read", 0)
             entry.turn = reader.varint(MAX_U32)
+            if not previous_step < entry.step <= steps:
+                raise _inconsistent("an entry's step is out of order or past the steps")
+            if not previous_turn <= entry.turn <= turn:
+                raise _inconsistent("an entry's turn is out of order or past the turn")
+            previous_step, previous_turn = entry.step, entry.turn
             flags = reader.u8()
-            if flags & ~(
-                NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY | QUESTION
-            ):
-                raise SnapshotError(f"not a tripwire guard snapshot: entry flags {flags:#x}")
+            _check_flags(flags)
             entry.nudged = bool(flags & NUDGED)
             entry.writes = bool(flags & WRITES)
             entry.changes = bool(flags & CHANGES)
@@ -1326,15 +1358,18 @@ class Guard:
             if flags & HAS_RESULT:
                 entry.result = reader.key()
             if entry.failed:
-                if entry.result is None:
-                    raise SnapshotError("not a tripwire guard snapshot: a failure without digest")
+                assert entry.result is not None  # _check_flags
                 entry.error = reader.text()
                 if errors.setdefault(entry.result, entry.error) != entry.error:
-                    raise SnapshotError("not a tripwire guard snapshot: one digest, two errors")
+                    raise _inconsistent("one digest, two errors")
+                if entry.result != digest("error", entry.error):
+                    raise _inconsistent("an error text is not its digest's")
             if flags & QUESTION:
                 entry.question = (reader.key(), reader.key())
             window.append(entry)
         stopped = self._read_verdict(reader) if reader.flag() else None
+        if stopped is not None and (stopped.action != "stop" or stopped.step > steps):
+            raise _inconsistent("the stop is not a stop of this run")
         by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
         for _ in range(reader.count(CALL_ID_MEMORY)):
             call_id = reader.text()
@@ -1343,17 +1378,20 @@ class Guard:
             remembered = _Remembered(key, self._read_verdict(reader))
             remembered.answered = answered
             if call_id in by_call_id:
-                raise SnapshotError("not a tripwire guard snapshot: a call id twice")
+                raise _inconsistent("a call id twice")
+            if not 1 <= remembered.verdict.step <= steps:
+                raise _inconsistent("a call id's verdict is past the steps")
             by_call_id[call_id] = remembered
-        polls, retries = (_read_counts(reader), _read_counts(reader))
+        polls = _read_counts(reader, MAX_U32)
+        retries = _read_counts(reader, TRANSIENT_RETRIES)
         cache: OrderedDict[str, Any] = OrderedDict()
         for _ in range(reader.count(CACHE_ENTRIES)):
             key = reader.key()
             if key in cache:
-                raise SnapshotError("not a tripwire guard snapshot: a cached key twice")
+                raise _inconsistent("a cached key twice")
             cache[key] = json_value(reader.raw())
         if reader.pos != len(reader.data):
-            raise SnapshotError("not a tripwire guard snapshot: bytes after the state")
+            raise _inconsistent("bytes after the state")
         return window, polls, retries, steps, turn, stopped, by_call_id, cache
 
     def _restore(self, state: tuple[Any, ...]) -> None:
@@ -1508,22 +1546,47 @@ def _read_detail(reader: Reader, nested: bool) -> Detail:
     if tag == 5:
         return ("cycle", _read_names(reader), reader.flag())
     if tag == 6:
-        return ("poll", reader.varint())
+        return ("poll", reader.varint(MAX_U32))
     if tag == 7 and not nested:
         return ("after", reader.text(), reader.varint(MAX_U32), _read_detail(reader, True))
     raise SnapshotError(f"not a tripwire guard snapshot: detail tag {tag}")
 
 
-def _read_counts(reader: Reader) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    previous = ""
-    for _ in range(reader.count(len(reader.data) - reader.pos)):
+def _read_counts(reader: Reader, limit: int) -> OrderedDict[str, int]:
+    counts: OrderedDict[str, int] = OrderedDict()
+    for _ in range(reader.count(COUNTED_CALLS)):
         key = reader.key()
-        if key <= previous:
-            raise SnapshotError("not a tripwire guard snapshot: counts out of order")
-        counts[key] = reader.varint(MAX_U32)
-        previous = key
+        if key in counts:
+            raise _inconsistent("a call counted twice")
+        count = reader.varint(limit)
+        if count == 0:
+            raise _inconsistent("a call counted 0 times")
+        counts[key] = count
     return counts
+
+
+def _inconsistent(why: str) -> SnapshotError:
+    return SnapshotError(f"not a tripwire guard snapshot: {why}")
+
+
+def _check_flags(flags: int) -> None:
+    """An entry's flags, as the guard sets them (the invariants in ``tripwire._snapshot``)."""
+    if flags & ~(NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY | QUESTION):
+        raise _inconsistent(f"entry flags {flags:#x}")
+    observed = EMPTY | FAILED | RETRY | HAS_RESULT
+    if flags & NUDGED and flags & (WRITES | CHANGES | observed):
+        raise _inconsistent(f"a nudged call that ran (entry flags {flags:#x})")
+    if flags & WRITES and not flags & CHANGES:
+        raise _inconsistent(f"a write that changes nothing (entry flags {flags:#x})")
+    if flags & (EMPTY | FAILED) and not flags & HAS_RESULT:
+        raise _inconsistent(f"a result without digest (entry flags {flags:#x})")
+    if flags & EMPTY and flags & FAILED:
+        raise _inconsistent(f"a failure that came back empty (entry flags {flags:#x})")
+    if flags & RETRY and not flags & FAILED:
+        raise _inconsistent(f"a retry of a call that did not fail (entry flags {flags:#x})")
+    marked = flags & EMPTY or flags & (FAILED | RETRY) == FAILED
+    if flags & QUESTION and flags & HAS_RESULT and not marked:
+        raise _inconsistent(f"a question kept for a plain result (entry flags {flags:#x})")
 
 
 def _corrected(entry: _Entry, question: Question | None) -> bool:

@@ -27,8 +27,9 @@ Version 1, field by field::
     stop    = 0 | 1 verdict (the stop latch: the stop every later check answers with)
     call ids= count varint (at most 128) | (id str | key | answered u8 | verdict) * count,
               oldest first
-    polls   = count varint | (key | count varint) * count, keys ascending
-    retries = the same, for transient retries
+    polls   = count varint (at most 256) | (key | count varint) * count, the least
+              recently counted first
+    retries = the same, for transient retries (each count at most 3)
     cache   = count varint (at most 1024) | (key | JSON text str) * count, oldest first;
               only results that are JSON values (exact dict with str keys, list, str, int,
               float, bool, None) are kept: a guard restored without another's objects
@@ -39,13 +40,35 @@ Version 1, field by field::
               64 duplicate_of, 128 invalid_arguments
     detail  = tag u8 | ...: 0 none | 1 unchanged | 2 failed: text str, times varint
               | 3 errors: count varint, text str | 4 empty: count varint, n varint, n tool strs
-              | 5 cycle: n varint, n tool strs, writes u8 | 6 poll: limit varint
+              | 5 cycle: n varint, n tool strs, writes u8 | 6 poll: limit varint (< 2**32)
               | 7 after: tool str, repeats varint, detail (not another "after")
     key     = 8 bytes, big-endian (a key's 16 hex digits)
     str     = varint length | the code points in UTF-8, lone surrogates in their 3-byte form
               (Python's "surrogatepass", WTF-8's encoding of a lone surrogate)
     varint  = unsigned LEB128, minimal, at most 10 bytes; turns, repeats and counts below
               2**32, steps below 2**64
+
+The state is consistent, as the guard makes it; the reader refuses any other (a state no run
+reaches would make the two backends, or a guard and its restored copy, decide differently):
+
+- Entries: steps from 1, oldest first increasing, none past ``steps``; turns oldest
+  first never decreasing, none past ``turn``. A nudged entry never ran: no result, none of
+  the flags 2, 4, 8, 16, 32, 64. A write changes (2 implies 4). Empty or failed has a result
+  (16 or 32 implies 8), never both; a retry failed (64 implies 32). A failure's digest is
+  its error text's (``_results.digest("error", text)``), so one digest has one text. A
+  question is kept only where a rule may read it (128): no result yet, or a result that came
+  back empty or failed for good (not a retry); ``observe`` drops the question of any other.
+- The stop latch is a stop, at a step not past ``steps``; every call id's verdict is at a
+  step from 1 to ``steps``, and no id comes twice.
+- Counts are from 1 (a call not counted is not written), at most ``COUNTED_CALLS`` (256)
+  calls each, none twice; transient retries at most ``TRANSIENT_RETRIES`` (3). They are
+  kept in the order they were last counted, because the least recently counted call is the
+  one forgotten past 256 (``_guard.COUNTED_CALLS``); a restored guard forgets the same one.
+
+Counts saturate, identically in both backends, so the guard never writes a state it then
+refuses: ``steps`` stops at 2**64 - 1, and past it every check stops (``budget_exhausted``,
+as past a budget: no two calls share a step); ``turn`` stops at 2**32 - 1, a poll count (and
+a poll verdict's repeats) at 2**32 - 1.
 
 What is derived is not stored: inferred policies (inferred again), each verdict's window and
 budget (the configuration's), the native core's interned tool ids and its "a result was
