@@ -35,6 +35,7 @@ import re
 import stat
 from typing import Any, Final, Literal
 
+from tripwire.hooks import _groups
 from tripwire.hooks._protocol import Request, text_field
 from tripwire.hooks._session import Outcome
 
@@ -263,48 +264,11 @@ def our_hook(command: str | None, url: str | None) -> dict[str, Any]:
 
 def remove_hooks(settings: dict[str, Any]) -> dict[str, Any]:
     """``settings`` without tripwire's hooks; everything else as it was."""
-    result = dict(settings)
-    hooks = settings.get("hooks")
-    if not isinstance(hooks, dict):
-        return result
-    kept_events: dict[str, Any] = {}
-    for event, groups in hooks.items():
-        if not isinstance(groups, list):
-            kept_events[event] = groups
-            continue
-        kept_groups = []
-        for group in groups:
-            entries = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(entries, list) or not any(is_ours(h) for h in entries):
-                kept_groups.append(group)
-                continue
-            others = [h for h in entries if not is_ours(h)]
-            if others:
-                kept_groups.append({**group, "hooks": others})
-        if kept_groups or not groups:
-            kept_events[event] = kept_groups
-    if kept_events:
-        result["hooks"] = kept_events
-    else:
-        del result["hooks"]
-    return result
+    return _groups.remove(settings, is_ours)
 
 
 def add_hooks(settings: dict[str, Any], command: str | None, url: str | None) -> dict[str, Any]:
     """``settings`` with tripwire's hooks (a command, or ``url`` for ``tripwire serve``),
     replacing any tripwire hooks already there: installing twice is installing once."""
-    result = remove_hooks(settings)
-    hooks = dict(result.get("hooks") or {})
-    if "hooks" in result and not isinstance(result["hooks"], dict):
-        raise ValueError('its "hooks" is not a JSON object')
-    hook = our_hook(command, url)
-    for event in EVENTS:
-        groups = hooks.get(event, [])
-        if not isinstance(groups, list):
-            raise ValueError(f'its "hooks.{event}" is not a JSON array')
-        group: dict[str, Any] = {"hooks": [hook]}
-        if event in _TOOL_EVENTS:
-            group = {"matcher": "*", **group}
-        hooks[event] = [*groups, group]
-    result["hooks"] = hooks
-    return result
+    matchers = {event: "*" for event in _TOOL_EVENTS}
+    return _groups.add(settings, EVENTS, our_hook(command, url), is_ours, matchers)
