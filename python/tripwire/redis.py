@@ -70,7 +70,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 import tripwire
-from tripwire._guard import REENTERED
+from tripwire._messages import REENTERED
 from tripwire._snapshot import SnapshotError
 
 __all__ = (
