@@ -16,6 +16,8 @@ mod py_guard;
 #[cfg(feature = "python")]
 mod py_json;
 #[cfg(feature = "python")]
+mod py_reference;
+#[cfg(feature = "python")]
 mod py_snapshot;
 pub mod sha_wide;
 pub mod shapes;
@@ -55,5 +57,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
     m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;
     m.add("CACHE_ENTRIES", guard::CACHE_ENTRIES)?;
+    // The Python names this module calls, resolved now: a missing one fails the import.
+    py_reference::init(m.py())?;
     Ok(())
 }
