@@ -1,10 +1,12 @@
 //! tripwire's native core. This file only registers the Python module; the logic lives in
 //! pyo3-free modules (tested with `cargo test`) and the conversions in `py_*.rs`.
 
+pub mod call_ids;
 pub mod canon;
 pub mod guard;
 pub mod json;
 pub mod key;
+pub mod name_map;
 pub mod numbers;
 mod pack;
 #[cfg(feature = "python")]

@@ -1,5 +1,5 @@
-//! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour and
-//! messages mirror `tripwire/_guard.py`, the reference.
+//! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour mirrors
+//! `tripwire/_guard.py`, the reference; messages come from `tripwire/_messages.py`.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -907,10 +907,11 @@ impl Guard {
     }
 }
 
-/// Whether a result is one of the commonest kinds that the reference's `describe_result`
-/// short-cuts (a list that is no content-block list; a text that can be neither JSON nor an
-/// error's), and if so whether it is empty; `None`: the full rules apply. The same test as
-/// the reference's, kept equal by the state machine: a faster path, not another rule. A
+/// Whether a result is one of the commonest kinds that `observe` short-cuts, and if so
+/// whether it is empty; `None`: the full rules apply (the reference's `describe_result`).
+/// The native twin of the reference's `plain_result` (`tripwire/_results.py`, where the rule
+/// is stated once), kept here because calling Python for it would cost observe about a
+/// microsecond; `tests/test_plain_results.py` drives both across every edge of the rule. A
 /// block's `"type"` is read as the reference's `_named` reads it: a str by its characters
 /// (a subclass's `__eq__` is never asked), anything else names no block.
 fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
