@@ -68,7 +68,6 @@ observed or a snapshot is taken): the check's fast path never computes one.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -93,6 +92,7 @@ from tripwire._keys import (
     verbatim_key_json,
     volatile_set,
 )
+from tripwire._locking import ChangeLock
 from tripwire._messages import (
     REENTERED,
     Action,
@@ -192,13 +192,11 @@ class Guard:
         # The annotated tools' policies, resolved once; other names' go through the one
         # cache of inferred policies (``tripwire._policy.policy_by_name``).
         self._annotated = annotated_policies(self._definitions)
-        # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
-        # look at this guard from the same thread (a Python lock, unlike the native one, lets
-        # other threads run while it waits, so threads cannot deadlock on it). A callback
-        # that would change the run while a change is half made is refused (``_locked``).
-        self._lock = threading.RLock()
-        # A change to the run is under way (in the thread that holds the lock).
-        self._busy = False
+        # Allocating a verdict can start a garbage collection whose callbacks may look at
+        # this guard from the same thread: reads take the lock, changes are refused there
+        # (``_locked``; ``tripwire._locking``).
+        self._changes = ChangeLock()
+        self._lock = self._changes.lock
         # What the run state lets go of during a change: see ``_let_go``.
         self._released: list[Any] = []
         # The configuration as a snapshot writes it, made when first asked for.
@@ -207,25 +205,18 @@ class Guard:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """The lock, for a change to the run (or a read of all of it, a snapshot). Python
-        code can run in the middle of one in the same thread (a signal handler, a gc
-        callback, a finaliser: between any two bytecodes), and the RLock lets it in: a
-        change it made there would interleave with the half-made one (a step handed out
-        twice, the window changed under an iteration). So it is refused, with nothing
-        changed; the native guard, which runs no Python code while locked, never meets it.
+        """The lock, for a change to the run (or a read of all of it, a snapshot): a change
+        begun in the middle of another in the same thread is refused (``tripwire._locking``
+        says why); the native guard, which runs no Python code while locked, never meets it.
         Reading (``keys``, ``steps``, ``stopped``, ``policy_of``) is always allowed.
 
         What the change let go of (``_let_go``) is dropped here, and only here: after the
         lock is released and the change is done."""
-        with self._lock:
-            if self._busy:
-                raise RuntimeError(REENTERED)
-            self._busy = True
+        with self._changes.change():
             try:
                 yield
             finally:
-                self._busy = False
-            released, self._released = self._released, []
+                released, self._released = self._released, []
         del released
 
     def _let_go(self, *objects: Any) -> None:

@@ -82,7 +82,7 @@ import json
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tripwire import _keys
 from tripwire._call_ids import CALL_ID_MEMORY, CallIds, Remembered
@@ -92,7 +92,7 @@ from tripwire._messages import Action, Detail, Reason
 from tripwire._policy import POLICIES, Policy, ToolPolicy, check_int
 from tripwire._results import digest
 from tripwire._state import CACHE_ENTRIES, COUNTED_CALLS, TRANSIENT_RETRIES, Entry
-from tripwire._verdict import Verdict
+from tripwire._verdict import Verdict, _verdict
 
 MAGIC: Final = b"TWGS"
 VERSION: Final = 1
@@ -442,30 +442,17 @@ def unframe(data: object) -> tuple[int, bytes, Reader]:
 # -- the run state ------------------------------------------------------------------------
 
 
-class RunState:
+class RunState(NamedTuple):
     """A guard's run state, as a snapshot holds it (the guard's attributes of these names)."""
 
-    __slots__ = ("cache", "call_ids", "polls", "retries", "steps", "stopped", "turn", "window")
-
-    def __init__(
-        self,
-        window: deque[Entry],
-        polls: OrderedDict[str, int],
-        retries: OrderedDict[str, int],
-        steps: int,
-        turn: int,
-        stopped: Verdict | None,
-        call_ids: CallIds,
-        cache: OrderedDict[str, Any],
-    ) -> None:
-        self.window = window
-        self.polls = polls
-        self.retries = retries
-        self.steps = steps
-        self.turn = turn
-        self.stopped = stopped
-        self.call_ids = call_ids
-        self.cache = cache
+    window: deque[Entry]
+    polls: OrderedDict[str, int]
+    retries: OrderedDict[str, int]
+    steps: int
+    turn: int
+    stopped: Verdict | None
+    call_ids: CallIds
+    cache: OrderedDict[str, Any]
 
 
 def write_state(state: RunState) -> bytes:
@@ -595,21 +582,11 @@ def _read_verdict(reader: Reader, window_size: int, budget: int | None) -> Verdi
     call_id = reader.text() if head & H_CALL_ID else None
     duplicate_of = reader.varint(MAX_U32) if head & H_DUPLICATE else None
     invalid = reader.text() if head & H_INVALID else None
-    return Verdict(
-        action,
-        reason,
-        tool,
-        key,
-        repeats,
-        step,
-        cached=cached,
-        call_id=call_id,
-        duplicate_of=duplicate_of,
-        invalid_arguments=invalid,
-        window=window_size,
-        budget=budget,
-        detail=_read_detail(reader, nested=False),
-    )
+    detail = _read_detail(reader, nested=False)
+    return _verdict(
+        action, reason, tool, key, repeats, step, cached, call_id, duplicate_of, invalid,
+        window_size, budget, detail,
+    )  # fmt: skip
 
 
 def _write_verdict(out: Writer, verdict: Verdict) -> None:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from operator import attrgetter
+from typing import Any, Final
 
 from tripwire._messages import Action, Detail, Reason, verdict_message
 
@@ -58,20 +59,24 @@ class Verdict:
         budget: int | None = None,
         detail: Detail = None,
     ) -> None:
-        setter = object.__setattr__
-        setter(self, "action", action)
-        setter(self, "reason", reason)
-        setter(self, "tool", tool)
-        setter(self, "key", key)
-        setter(self, "repeats", repeats)
-        setter(self, "step", step)
-        setter(self, "cached", cached)
-        setter(self, "call_id", call_id)
-        setter(self, "duplicate_of", duplicate_of)
-        setter(self, "invalid_arguments", invalid_arguments)
-        setter(self, "_window", window)
-        setter(self, "_budget", budget)
-        setter(self, "_detail", detail)
+        _fill(
+            self,
+            (
+                action,
+                reason,
+                tool,
+                key,
+                repeats,
+                step,
+                cached,
+                call_id,
+                duplicate_of,
+                invalid_arguments,
+                window,
+                budget,
+                detail,
+            ),
+        )
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Verdict is immutable; cannot set {name!r}")
@@ -91,61 +96,24 @@ class Verdict:
             self._detail,
         )
 
-    def _fields(self) -> tuple[Any, ...]:
-        return (
-            self.action,
-            self.reason,
-            self.tool,
-            self.key,
-            self.repeats,
-            self.step,
-            self.call_id,
-            self.duplicate_of,
-            self.invalid_arguments,
-            self._detail,
-        )
-
     def __eq__(self, other: object) -> bool:
         """Equal when every field is, and ``cached`` holds the very same result."""
         if not isinstance(other, Verdict):
             return NotImplemented
-        return self._fields() == other._fields() and self.cached is other.cached
+        return _COMPARED(self) == _COMPARED(other) and self.cached is other.cached
 
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle and ``copy`` (a fleet checks in one worker and observes in another):
         rebuilt through ``__init__``, as ``__setattr__`` refuses pickle's default way."""
-        return _verdict, (
-            self.action,
-            self.reason,
-            self.tool,
-            self.key,
-            self.repeats,
-            self.step,
-            self.cached,
-            self.call_id,
-            self.duplicate_of,
-            self.invalid_arguments,
-            self._window,
-            self._budget,
-            self._detail,
-        )
+        return _verdict, _FIELDS(self)
 
     def _replace(self, **changes: Any) -> Verdict:
-        fields: dict[str, Any] = {
-            "cached": self.cached,
-            "call_id": self.call_id,
-            "duplicate_of": self.duplicate_of,
-            "invalid_arguments": self.invalid_arguments,
-            "window": self._window,
-            "budget": self._budget,
-            "detail": self._detail,
-        }
-        fields.update(changes)
-        return Verdict(
-            self.action, self.reason, self.tool, self.key, self.repeats, self.step, **fields
-        )
+        """A copy with some of the keyword fields (``cached``, ``call_id``...) changed."""
+        fields = dict(zip(_ORDER, _FIELDS(self), strict=True))
+        fields.update({_SLOT.get(name, name): value for name, value in changes.items()})
+        return _verdict(*fields.values())
 
     def __repr__(self) -> str:
         extra = ""
@@ -161,34 +129,41 @@ class Verdict:
         )
 
 
-def _verdict(
-    action: Action,
-    reason: Reason | None,
-    tool: str,
-    key: str,
-    repeats: int,
-    step: int,
-    cached: Any,
-    call_id: str | None,
-    duplicate_of: int | None,
-    invalid_arguments: str | None,
-    window: int,
-    budget: int | None,
-    detail: Detail,
-) -> Verdict:
-    """A verdict from the fields ``Verdict.__reduce__`` gives pickle."""
-    return Verdict(
-        action,
-        reason,
-        tool,
-        key,
-        repeats,
-        step,
-        cached=cached,
-        call_id=call_id,
-        duplicate_of=duplicate_of,
-        invalid_arguments=invalid_arguments,
-        window=window,
-        budget=budget,
-        detail=detail,
-    )
+# Every field in ``__init__``'s order (the slots' names): what pickle gets, and ``_verdict``
+# takes back.
+_ORDER: Final = (
+    "action",
+    "reason",
+    "tool",
+    "key",
+    "repeats",
+    "step",
+    "cached",
+    "call_id",
+    "duplicate_of",
+    "invalid_arguments",
+    "_window",
+    "_budget",
+    "_detail",
+)
+# The keyword arguments whose slot has another name.
+_SLOT: Final = {"window": "_window", "budget": "_budget", "detail": "_detail"}
+_FIELDS: Final = attrgetter(*_ORDER)
+# What equality compares, besides ``cached`` (by identity): all but the message's settings.
+_COMPARED: Final = attrgetter(
+    *(name for name in _ORDER if name not in ("cached", "_window", "_budget"))
+)
+
+
+def _fill(verdict: Verdict, fields: tuple[Any, ...]) -> None:
+    setter = object.__setattr__
+    for name, value in zip(_ORDER, fields, strict=True):
+        setter(verdict, name, value)
+
+
+def _verdict(*fields: Any) -> Verdict:
+    """A verdict from its fields in ``_ORDER`` (what ``Verdict.__reduce__`` gives pickle, and
+    what a snapshot holds), made without ``__init__``'s keyword arguments."""
+    verdict: Verdict = object.__new__(Verdict)
+    _fill(verdict, fields)
+    return verdict
