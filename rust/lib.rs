@@ -3,6 +3,7 @@
 
 pub mod call_ids;
 pub mod canon;
+pub mod counts;
 pub mod guard;
 pub mod json;
 pub mod key;
