@@ -831,6 +831,7 @@ class Guard:
         )
         guard._tools, guard._tools_repr = config.tools, config.tools_repr
         guard._definitions = config.definitions
+        guard._annotated = annotated_policies(config.definitions)
         if guard._config_bytes() != data:
             raise SnapshotError(
                 "not a tripwire guard snapshot: its configuration is not written as tripwire "
