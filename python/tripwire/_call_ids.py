@@ -77,6 +77,10 @@ class CallIds:
         self._by_id[call_id] = remembered
         return True
 
+    def values(self) -> Iterator[Remembered]:
+        """The records, oldest first."""
+        return iter(self._by_id.values())
+
     def items(self) -> Iterator[tuple[str, Remembered]]:
         """The ids and their records, oldest first."""
         return iter(self._by_id.items())
