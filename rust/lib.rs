@@ -1,10 +1,13 @@
 //! tripwire's native core. This file only registers the Python module; the logic lives in
 //! pyo3-free modules (tested with `cargo test`) and the conversions in `py_*.rs`.
 
+pub mod call_ids;
 pub mod canon;
+pub mod counts;
 pub mod guard;
 pub mod json;
 pub mod key;
+pub mod name_map;
 pub mod numbers;
 mod pack;
 #[cfg(feature = "python")]
@@ -15,6 +18,8 @@ mod py_canon;
 mod py_guard;
 #[cfg(feature = "python")]
 mod py_json;
+#[cfg(feature = "python")]
+mod py_reference;
 #[cfg(feature = "python")]
 mod py_snapshot;
 pub mod sha_wide;
@@ -55,5 +60,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
     m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;
     m.add("CACHE_ENTRIES", guard::CACHE_ENTRIES)?;
+    // The Python names this module calls, resolved now: a missing one fails the import.
+    py_reference::init(m.py())?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 
 use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySequence, PyString, PyTuple};
@@ -20,6 +20,7 @@ use crate::py_canon::{
     canonical_key, check_name, key_str, text_of, VolatileKeys, KEPT_BUFFER_BYTES,
 };
 use crate::py_json::{is_exact_text, json_key, raise, JsonText};
+use crate::py_reference::{reference, refused};
 use crate::sha_wide::Padded;
 
 /// A block of JSON text this long is keyed before more is read (one thread: it stays in
@@ -320,10 +321,9 @@ fn call_pair<'py>(
         .filter(|_| !call.is_instance_of::<PyString>() && !call.is_instance_of::<PyBytes>())
         .filter(|seq| seq.len().ok() == Some(2));
     let Some(pair) = pair else {
-        return Err(PyTypeError::new_err(format!(
-            "call {index} must be a (name, args) pair, not {}",
-            call.get_type().name()?
-        )));
+        let py = call.py();
+        let checked = reference(py).and_then(|r| r.unpack_pair.bind(py).call1((index, call)));
+        return Err(refused(checked, "a call"));
     };
     Ok((pair.get_item(0)?, pair.get_item(1)?))
 }
@@ -478,17 +478,13 @@ fn threads_arg(threads: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
     let Some(t) = threads.filter(|t| !t.is_none()) else {
         return Ok(cores);
     };
-    if t.is_instance_of::<pyo3::types::PyBool>() || !t.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "threads must be an int or None, not {}",
-            t.get_type().name()?
-        )));
-    }
-    if t.lt(1)? {
-        return Err(PyValueError::new_err(format!(
-            "threads must be at least 1, got {}",
-            t.str()?
-        )));
+    if t.is_instance_of::<pyo3::types::PyBool>()
+        || !t.is_instance_of::<pyo3::types::PyInt>()
+        || t.lt(1)?
+    {
+        let py = t.py();
+        let checked = reference(py).and_then(|r| r.check_threads.bind(py).call1((t,)));
+        return Err(refused(checked, "threads"));
     }
     Ok(t.extract::<usize>().unwrap_or(usize::MAX).min(cores))
 }

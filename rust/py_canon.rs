@@ -7,7 +7,7 @@
 //! order as in the reference) and dumped only when the whole walk has succeeded (so dump
 //! errors come after every normalise error, as they do in the reference).
 
-use pyo3::exceptions::{PyRecursionError, PyTypeError};
+use pyo3::exceptions::PyRecursionError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -20,35 +20,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::canon::{self, Text};
 use crate::key::{Key, Progress, BLOCK};
 use crate::numbers;
+use crate::py_reference::{reference, refused};
 use crate::shapes::{KeyHandle, ShapeCache};
 
 pub use crate::canon::MAX_DEPTH;
 
-/// The reference helpers the walker hands corners to, imported once.
-struct Helpers {
-    normalise_at: Py<PyAny>,
-    dumps_normalised: Py<PyAny>,
-    canonical_json: Py<PyAny>,
-    default_volatile: Py<PyFrozenSet>,
-}
-
-static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
 static DEFAULT_VOLATILE: PyOnceLock<Arc<VolatileKeys>> = PyOnceLock::new();
-
-fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
-    HELPERS.get_or_try_init(py, || {
-        let module = py.import("tripwire._keys")?;
-        Ok(Helpers {
-            normalise_at: module.getattr("normalise_at")?.unbind(),
-            dumps_normalised: module.getattr("dumps_normalised")?.unbind(),
-            canonical_json: module.getattr("canonical_json")?.unbind(),
-            default_volatile: module
-                .getattr("DEFAULT_VOLATILE_KEYS")?
-                .cast_into::<PyFrozenSet>()?
-                .unbind(),
-        })
-    })
-}
 
 /// The dict keys to drop, held both as a Python frozenset (for the reference helpers) and as
 /// WTF-8 bytes (so exact `str` keys are tested without calling into Python).
@@ -89,18 +66,19 @@ impl VolatileKeys {
             _ => {
                 return DEFAULT_VOLATILE
                     .get_or_try_init(py, || {
-                        let set = helpers(py)?.default_volatile.bind(py).clone();
+                        let set = reference(py)?
+                            .DEFAULT_VOLATILE_KEYS
+                            .bind(py)
+                            .clone()
+                            .cast_into::<PyFrozenSet>()?;
                         Self::from_set(set).map(Arc::new)
                     })
                     .cloned()
             }
         };
         if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
-            return Err(PyTypeError::new_err(format!(
-                "volatile_keys must be an iterable of keys such as {{'request_id'}}, \
-                 not a single {}",
-                obj.get_type().name()?
-            )));
+            let checked = reference(py).and_then(|r| r.volatile_set.bind(py).call1((obj,)));
+            return Err(refused(checked, "volatile_keys"));
         }
         if let Ok(set) = obj.cast_exact::<PyFrozenSet>() {
             return Self::from_frozenset(set);
@@ -647,7 +625,7 @@ impl<'py> Walker<'_, 'py> {
 
     fn hand_to_python(&mut self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<()> {
         self.pin_entries();
-        let normalised = helpers(self.py)?.normalise_at.bind(self.py).call1((
+        let normalised = reference(self.py)?.normalise_at.bind(self.py).call1((
             obj,
             self.volatile.set.bind(self.py),
             depth,
@@ -665,7 +643,7 @@ impl<'py> Walker<'_, 'py> {
         if self.deferred.is_empty() {
             return Ok(self.out);
         }
-        let dumps = helpers(self.py)?.dumps_normalised.bind(self.py);
+        let dumps = reference(self.py)?.dumps_normalised.bind(self.py);
         let mut spliced = Vec::with_capacity(self.out.len() + 16 * self.deferred.len());
         let mut copied = 0;
         for Deferred { at, value } in &self.deferred {
@@ -683,16 +661,12 @@ impl<'py> Walker<'_, 'py> {
     }
 }
 
-/// The tool name, which must be a `str`.
+/// The tool name, which must be a `str` (else the reference's `check_name` raises).
 pub fn check_name<'a, 'py>(name: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyString>> {
     name.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "tool name must be a str, not {}",
-            name.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
+        let py = name.py();
+        let checked = reference(py).and_then(|r| r.check_name.bind(py).call1((name,)));
+        refused(checked, "a tool name")
     })
 }
 
@@ -799,7 +773,7 @@ fn write_canonical(
 ) -> PyResult<Vec<u8>> {
     let name = check_name(name)?;
     if !volatile.only_exact_str {
-        let helpers = helpers(py)?;
+        let helpers = reference(py)?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("volatile_keys", volatile.set.bind(py))?;
         let bytes = helpers

@@ -1,12 +1,12 @@
-//! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour and
-//! messages mirror `tripwire/_guard.py`, the reference.
+//! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour mirrors
+//! `tripwire/_guard.py`, the reference; messages come from `tripwire/_messages.py`.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
@@ -20,6 +20,7 @@ use crate::guard::{
 use crate::key::{key_hex, Key};
 use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
 use crate::py_json::{invalid_json, json_key};
+use crate::py_reference::{native_call_key, reference, refused};
 
 /// The state keeps verdicts as plain Rust values: Python objects are only made once the
 /// lock is released, because allocating one can start a garbage collection whose callbacks
@@ -79,54 +80,74 @@ pub(crate) struct ToolSpec {
 
 pub(crate) type ToolSpecs = NameMap<Arc<ToolSpec>>;
 
-/// Policies inferred from tool names alone, shared by the guards that have no definitions.
+/// The native core's one cache of inferred policies: what each tool name says (`None`: no
+/// policy), shared by every guard, so that a guard made per run (replay) or restored per
+/// check (Redis, a LangGraph checkpoint) does not ask Python again for each tool it meets.
+/// The reference's twin is `tripwire._policy.policy_by_name`.
 static BY_NAME: PyOnceLock<Mutex<NameMap<Option<Arc<ToolSpec>>>>> = PyOnceLock::new();
 
-/// How many undeclared tools' inferred policies a guard remembers (the reference's
-/// `INFERRED_TOOLS`: tool names come from the model, so the memory is bounded).
+/// How many tool names' inferred policies are remembered (the reference's `INFERRED_TOOLS`:
+/// tool names come from the model, so the memory is bounded; past it, a name is inferred
+/// again each time it is met).
 const INFERRED_TOOLS: usize = 1024;
 
-/// The reference's helpers, imported once: the one source of configuration checks,
-/// policies, what results mean, and every message.
-struct GuardHelpers {
-    check_limits: Py<PyAny>,
-    check_tools: Py<PyAny>,
-    check_definitions: Py<PyAny>,
-    infer_policy: Py<PyAny>,
-    describe_result: Py<PyAny>,
-    /// This module's own `call_key`, for `describe_result` to key results with.
-    native_call_key: Py<PyAny>,
-    verdict_message: Py<PyAny>,
-    verbatim_key: Py<PyAny>,
-    verbatim_key_json: Py<PyAny>,
-    /// What a call asks (`tripwire._question`), told only where a rule may need it.
-    question_of: Py<PyAny>,
+/// What a tool's name says, by the reference's `infer_policy` (the one source of the
+/// tables), once per name in the process ([`BY_NAME`]).
+fn by_name(
+    py: Python<'_>,
+    name: &Bound<'_, PyString>,
+    name_bytes: &[u8],
+) -> PyResult<Option<Arc<ToolSpec>>> {
+    let shared = || {
+        BY_NAME
+            .get_or_init(py, || Mutex::new(NameMap::default()))
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    if let Some(known) = shared().get(name_bytes).cloned() {
+        return Ok(known);
+    }
+    // Inferred with no lock held: this runs Python code.
+    let policy = reference(py)?
+        .infer_policy
+        .bind(py)
+        .call1((name, PyDict::new(py)))?;
+    let spec = if policy.is_none() {
+        None
+    } else {
+        Some(Arc::new(spec_of_policy(policy)?))
+    };
+    let mut cache = shared();
+    let replaced = if cache.len() < INFERRED_TOOLS {
+        cache.insert(name_bytes.into(), spec.clone())
+    } else {
+        None
+    };
+    // Another thread's, inferred at the same time: dropped after the lock is released.
+    drop(cache);
+    drop(replaced);
+    Ok(spec)
 }
 
-static GUARD_HELPERS: PyOnceLock<GuardHelpers> = PyOnceLock::new();
-
-fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
-    GUARD_HELPERS.get_or_try_init(py, || {
-        let guard = py.import("tripwire._guard")?;
-        let policy = py.import("tripwire._policy")?;
-        let results = py.import("tripwire._results")?;
-        let keys = py.import("tripwire._keys")?;
-        Ok(GuardHelpers {
-            check_limits: guard.getattr("check_limits")?.unbind(),
-            check_tools: policy.getattr("check_tools")?.unbind(),
-            check_definitions: policy.getattr("check_definitions")?.unbind(),
-            infer_policy: policy.getattr("infer_policy")?.unbind(),
-            describe_result: results.getattr("describe_result")?.unbind(),
-            native_call_key: py.import("tripwire._core")?.getattr("call_key")?.unbind(),
-            verdict_message: guard.getattr("verdict_message")?.unbind(),
-            verbatim_key: keys.getattr("verbatim_key")?.unbind(),
-            verbatim_key_json: keys.getattr("verbatim_key_json")?.unbind(),
-            question_of: py
-                .import("tripwire._question")?
-                .getattr("question_of")?
-                .unbind(),
-        })
-    })
+/// The policies of the tools that definitions annotate (`definitions` as the reference's
+/// `check_definitions` made it: name to policy), resolved once per configuration.
+pub(crate) fn annotated_specs(
+    py: Python<'_>,
+    definitions: &Bound<'_, PyAny>,
+) -> PyResult<ToolSpecs> {
+    let mut specs = NameMap::default();
+    let infer = reference(py)?.infer_policy.bind(py);
+    for name in definitions.cast::<PyDict>()?.keys() {
+        let name = name.cast_into::<PyString>()?;
+        let policy = infer.call1((&name, definitions))?;
+        if !policy.is_none() {
+            specs.insert(
+                wtf8_of(&name)?.into_boxed_slice(),
+                Arc::new(spec_of_policy(policy)?),
+            );
+        }
+    }
+    Ok(specs)
 }
 
 /// A tool name's WTF-8 bytes, on the stack for any usual name.
@@ -365,7 +386,7 @@ impl Verdict {
             Some(text) => PyString::new(py, text).into_any(),
             None => py.None().into_bound(py),
         };
-        guard_helpers(py)?.verdict_message.bind(py).call1((
+        reference(py)?.verdict_message.bind(py).call1((
             self.action.as_str(),
             self.reason.map(Reason::as_str),
             self.tool.bind(py),
@@ -469,23 +490,11 @@ impl Verdict {
 pub struct Guard {
     /// Shared by the guards restored from snapshots of one configuration (py_snapshot.rs).
     pub(crate) config: Arc<GuardConfig>,
-    /// Inferred policies of the undeclared tools met so far (`None`: no policy). A lock of
-    /// its own, taken before keying (the policy says whether whitespace is kept) and never
-    /// while Python code runs.
-    inferred: Mutex<Inferred>,
     pub(crate) state: Mutex<State>,
     /// The state's `wants` as it was when the lock was last let go (`Locked`): read before
     /// the lock is taken, to tell a call's question (which runs Python code) only where a
     /// rule may need it.
     wants: AtomicBool,
-}
-
-/// A guard's inferred policies by tool name, and the last one asked for: agents call one
-/// tool again and again, and comparing its name is cheaper than hashing it.
-#[derive(Default)]
-struct Inferred {
-    by_name: NameMap<Option<Arc<ToolSpec>>>,
-    last: Option<(NameBytes, Option<Arc<ToolSpec>>)>,
 }
 
 /// The run state, locked; when let go, it leaves whether a new call's question must be told
@@ -529,6 +538,8 @@ pub(crate) struct GuardConfig {
     pub(crate) infer: bool,
     /// What `definitions=` said, as the reference's `check_definitions` made it.
     pub(crate) definitions: Py<PyAny>,
+    /// The policies of the tools `definitions` annotates, by tool name (WTF-8).
+    pub(crate) annotated: ToolSpecs,
     /// The guard's `max_steps` as the user wrote it, for messages.
     pub(crate) max_steps_text: Option<Arc<str>>,
     /// The configuration as a snapshot writes it, and its digest; made when first asked.
@@ -548,7 +559,7 @@ pub(crate) fn limits_arg<'py>(
     let arg = |value: Option<&Bound<'py, PyAny>>| value.cloned().unwrap_or_else(|| none.clone());
     let (window, nudge_at, stop_at, max_steps) =
         (arg(window), arg(nudge_at), arg(stop_at), arg(max_steps));
-    guard_helpers(py)?
+    reference(py)?
         .check_limits
         .bind(py)
         .call1((&window, &nudge_at, &stop_at, &max_steps))?;
@@ -616,7 +627,6 @@ impl Guard {
     pub(crate) fn with_config(config: Arc<GuardConfig>) -> Guard {
         Guard {
             config,
-            inferred: Mutex::new(Inferred::default()),
             state: Mutex::new(State::default()),
             wants: AtomicBool::new(false),
         }
@@ -681,13 +691,12 @@ impl Guard {
         args: &Bound<'_, PyAny>,
         text: bool,
     ) -> PyResult<Option<Question>> {
-        let helpers = guard_helpers(py)?;
-        let told = helpers.question_of.bind(py).call1((
+        let told = reference(py)?.question_of.bind(py).call1((
             name,
             args,
             text,
             self.config.volatile.set(py),
-            helpers.native_call_key.bind(py),
+            native_call_key(py)?.bind(py),
         ))?;
         let told: Option<(String, String)> = told.extract()?;
         told.map(|(raw, shape)| {
@@ -699,8 +708,8 @@ impl Guard {
         .transpose()
     }
 
-    /// The policy of a tool: declared, else inferred (once per tool name, by the reference's
-    /// `infer_policy`), else none.
+    /// The policy of a tool: declared, else (inferring) its definition's, resolved when
+    /// the guard was made, else what its name says ([`by_name`]), else none.
     fn spec_of(
         &self,
         py: Python<'_>,
@@ -715,75 +724,12 @@ impl Guard {
         if !self.config.infer {
             return Ok(None);
         }
-        let lock = || {
-            self.inferred
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        };
-        {
-            let mut inferred = lock();
-            if let Some((last, spec)) = &inferred.last {
-                if **last == *name_bytes {
-                    return Ok(spec.clone());
-                }
-            }
-            if let Some(known) = inferred.by_name.get(name_bytes).cloned() {
-                // The one it replaces is in the map too: nothing is dropped under the lock.
-                let previous = inferred
-                    .last
-                    .replace((SmallVec::from_slice(name_bytes), known.clone()));
-                drop(inferred);
-                drop(previous);
-                return Ok(known);
+        if !self.config.annotated.is_empty() {
+            if let Some(spec) = self.config.annotated.get(name_bytes) {
+                return Ok(Some(spec.clone()));
             }
         }
-        // Without definitions, what a tool's name says is the same for every guard: shared,
-        // so that a guard made per run (replay) or restored per check (Redis, a LangGraph
-        // checkpoint) does not ask Python again for each tool it meets.
-        let by_name_only = self
-            .config
-            .definitions
-            .bind(py)
-            .cast::<PyDict>()
-            .is_ok_and(|d| d.is_empty());
-        let shared = || {
-            BY_NAME
-                .get_or_init(py, || Mutex::new(NameMap::default()))
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        };
-        let known = if by_name_only {
-            shared().get(name_bytes).cloned()
-        } else {
-            None
-        };
-        let spec = match known {
-            Some(spec) => spec,
-            None => {
-                // Inferred with no lock held: this runs Python code.
-                let policy = guard_helpers(py)?
-                    .infer_policy
-                    .bind(py)
-                    .call1((name, self.config.definitions.bind(py)))?;
-                let spec = if policy.is_none() {
-                    None
-                } else {
-                    Some(Arc::new(spec_of_policy(policy)?))
-                };
-                if by_name_only {
-                    let mut shared = shared();
-                    if shared.len() < INFERRED_TOOLS {
-                        shared.insert(name_bytes.into(), spec.clone());
-                    }
-                }
-                spec
-            }
-        };
-        let mut inferred = lock();
-        if inferred.by_name.len() < INFERRED_TOOLS {
-            inferred.by_name.insert(name_bytes.into(), spec.clone());
-        }
-        Ok(spec)
+        by_name(py, name, name_bytes)
     }
 
     /// The key of a call of a tool whose string arguments keep their whitespace, by the
@@ -821,7 +767,7 @@ impl Guard {
         let keep = spec.as_ref().is_some_and(|s| s.keep_whitespace);
         let (key, invalid_arguments) = if text {
             let keyed = if keep {
-                self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, args)
+                self.verbatim_key(py, &reference(py)?.verbatim_key_json, name, args)
             } else {
                 json_key(py, name, args, &self.config.volatile)
             };
@@ -837,7 +783,7 @@ impl Guard {
             let key = match native {
                 Some(key) => key,
                 None => {
-                    let helper = &guard_helpers(py)?.verbatim_key;
+                    let helper = &reference(py)?.verbatim_key;
                     self.verbatim_key(py, helper, name, args)?
                 }
             };
@@ -961,10 +907,11 @@ impl Guard {
     }
 }
 
-/// Whether a result is one of the commonest kinds that the reference's `describe_result`
-/// short-cuts (a list that is no content-block list; a text that can be neither JSON nor an
-/// error's), and if so whether it is empty; `None`: the full rules apply. The same test as
-/// the reference's, kept equal by the state machine: a faster path, not another rule. A
+/// Whether a result is one of the commonest kinds that `observe` short-cuts, and if so
+/// whether it is empty; `None`: the full rules apply (the reference's `describe_result`).
+/// The native twin of the reference's `plain_result` (`tripwire/_results.py`, where the rule
+/// is stated once), kept here because calling Python for it would cost observe about a
+/// microsecond; `tests/test_plain_results.py` drives both across every edge of the rule. A
 /// block's `"type"` is read as the reference's `_named` reads it: a str by its characters
 /// (a subclass's `__eq__` is never asked), anything else names no block.
 fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
@@ -1048,13 +995,12 @@ fn described_outcome(
         Some(spec) => spec.policy.bind(py).clone(),
         None => none.clone(),
     };
-    let helpers = guard_helpers(py)?;
-    let described = helpers.describe_result.bind(py).call1((
+    let described = reference(py)?.describe_result.bind(py).call1((
         result,
         error.unwrap_or(&none),
         transient,
         policy,
-        helpers.native_call_key.bind(py),
+        native_call_key(py)?.bind(py),
     ))?;
     let (digest, empty, failed, transient, text): (
         Option<String>,
@@ -1078,15 +1024,29 @@ struct CallId {
     bytes: Vec<u8>,
 }
 
-/// The Verdict a method was given, or the TypeError the reference raises.
+/// The Verdict a method was given, or the TypeError the reference's `check_verdict` raises.
 fn verdict_arg<'a>(method: &str, verdict: &'a Bound<'_, PyAny>) -> PyResult<&'a Verdict> {
     match verdict.cast::<Verdict>() {
         Ok(verdict) => Ok(verdict.get()),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{method}() takes a Verdict, not {}",
-            verdict.get_type().name()?
-        ))),
+        Err(_) => {
+            let py = verdict.py();
+            let kind = py.get_type::<Verdict>();
+            let checked =
+                reference(py).and_then(|r| r.check_verdict.bind(py).call1((method, verdict, kind)));
+            Err(refused(checked, "a verdict"))
+        }
     }
+}
+
+/// The TypeError the reference's `check_flag` raises for a keyword option that is no bool.
+fn flag_refused(
+    py: Python<'_>,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    default: Option<bool>,
+) -> PyErr {
+    let checked = reference(py).and_then(|r| r.check_flag.bind(py).call1((name, value, default)));
+    refused(checked, name)
 }
 
 /// The names of interned tool ids.
@@ -1123,10 +1083,11 @@ fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
                 bytes: wtf8_of(text)?,
                 object: exact_str(text)?.unbind(),
             })),
-            Err(_) => Err(PyTypeError::new_err(format!(
-                "call_id must be a str or None, not {}",
-                obj.get_type().name()?
-            ))),
+            Err(_) => {
+                let py = obj.py();
+                let checked = reference(py).and_then(|r| r.check_call_id.bind(py).call1((obj,)));
+                Err(refused(checked, "a call id"))
+            }
         },
     }
 }
@@ -1157,22 +1118,14 @@ impl Guard {
         // None means the default (True), as for the other options.
         let yes = PyBool::new(py, true).to_owned().into_any();
         let infer = infer.filter(|i| !i.is_none()).unwrap_or(&yes);
-        let infer = infer.cast::<PyBool>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "infer must be a bool, not {}",
-                infer
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
-        })?;
+        let infer = infer
+            .cast::<PyBool>()
+            .map_err(|_| flag_refused(py, "infer", infer, Some(true)))?;
         let none = py.None().into_bound(py);
-        let definitions = guard_helpers(py)?
+        let definitions = reference(py)?
             .check_definitions
             .bind(py)
-            .call1((definitions.unwrap_or(&none),))?
-            .unbind();
+            .call1((definitions.unwrap_or(&none),))?;
         Ok(Guard::with_config(Arc::new(GuardConfig {
             limits,
             volatile,
@@ -1180,7 +1133,8 @@ impl Guard {
             tools_checked,
             tools_repr,
             infer: infer.is_true(),
-            definitions,
+            annotated: annotated_specs(py, &definitions)?,
+            definitions: definitions.unbind(),
             max_steps_text,
             written: std::sync::OnceLock::new(),
         })))
@@ -1229,10 +1183,9 @@ impl Guard {
                 _ => None,
             };
             let Some((seq, len)) = parts else {
-                return Err(PyTypeError::new_err(format!(
-                    "call {index} of the turn must be (name, args) or (name, args, call_id), not {}",
-                    call.get_type().name()?
-                )));
+                let checked =
+                    reference(py).and_then(|r| r.unpack_call.bind(py).call1((index, &call)));
+                return Err(refused(checked, "a call of the turn"));
             };
             let name = seq.get_item(0)?;
             let args = seq.get_item(1)?;
@@ -1330,10 +1283,7 @@ impl Guard {
         let none = py.None().into_bound(py);
         let transient = transient.unwrap_or(&none);
         if !transient.is_none() && !transient.is_instance_of::<PyBool>() {
-            return Err(PyTypeError::new_err(format!(
-                "transient must be a bool or None, not {}",
-                transient.get_type().name()?
-            )));
+            return Err(flag_refused(py, "transient", transient, None));
         }
         if verdict.action != Action::Allow {
             return Ok(());
@@ -1405,13 +1355,10 @@ impl Guard {
     ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let state_only = match state_only {
             None => false,
-            Some(flag) => flag.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
-                let kind = flag.get_type().name().map(|n| n.to_string());
-                PyTypeError::new_err(format!(
-                    "state_only must be a bool, not {}",
-                    kind.unwrap_or_default()
-                ))
-            })?,
+            Some(flag) => flag
+                .cast::<PyBool>()
+                .map(|b| b.is_true())
+                .map_err(|_| flag_refused(py, "state_only", flag, Some(false)))?,
         };
         crate::py_snapshot::snapshot(py, self, state_only)
     }
@@ -1493,7 +1440,7 @@ fn tools_arg(
             ))
         }
     };
-    let (checked, shown): (Bound<'_, PyDict>, String) = guard_helpers(py)?
+    let (checked, shown): (Bound<'_, PyDict>, String) = reference(py)?
         .check_tools
         .bind(py)
         .call1((tools,))?

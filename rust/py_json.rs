@@ -5,7 +5,6 @@ use std::borrow::Cow;
 
 use pyo3::exceptions::{PyRecursionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyString};
 
 use crate::canon::{self, Text};
@@ -15,34 +14,7 @@ use crate::py_canon::{
     ascii_of, check_name, key_str, key_with_buffer, push_wtf8_of, text_of, VolatileKeys,
     KEPT_BUFFER_BYTES,
 };
-
-struct JsonHelpers {
-    decode_error: Py<PyAny>,
-    decode_bytes: Py<PyAny>,
-    unparsable: Py<PyAny>,
-    invalid_json: Py<PyAny>,
-    call_key_json: Py<PyAny>,
-    get_int_max_str_digits: Py<PyAny>,
-}
-
-static JSON_HELPERS: PyOnceLock<JsonHelpers> = PyOnceLock::new();
-
-fn helpers(py: Python<'_>) -> PyResult<&JsonHelpers> {
-    JSON_HELPERS.get_or_try_init(py, || {
-        let keys = py.import("tripwire._keys")?;
-        Ok(JsonHelpers {
-            decode_error: py.import("json")?.getattr("JSONDecodeError")?.unbind(),
-            decode_bytes: keys.getattr("decode_json_bytes")?.unbind(),
-            unparsable: keys.getattr("UNPARSABLE")?.unbind(),
-            invalid_json: keys.getattr("invalid_json")?.unbind(),
-            call_key_json: keys.getattr("call_key_json")?.unbind(),
-            get_int_max_str_digits: py
-                .import("sys")?
-                .getattr("get_int_max_str_digits")?
-                .unbind(),
-        })
-    })
-}
+use crate::py_reference::reference;
 
 /// JSON text as WTF-8: borrowed from a `str` that is ASCII (most are) or from UTF-8 `bytes`,
 /// else converted.
@@ -83,7 +55,7 @@ impl<'a> JsonText<'a> {
             // UTF-16/32, or bytes that do not decode: Python decodes (or raises) exactly as
             // json.loads does.
             _ => {
-                let decoded = helpers(py)?.decode_bytes.bind(py).call1((text,))?;
+                let decoded = reference(py)?.decode_json_bytes.bind(py).call1((text,))?;
                 // json.loads checks for a BOM only in str input, not in decoded bytes.
                 let mut decoded = JsonText::from_str(py, decoded.cast::<PyString>()?, false)?;
                 Ok(JsonText {
@@ -159,8 +131,8 @@ fn doc<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, 
     if let Ok(s) = source.cast::<PyString>() {
         return Ok(s.clone());
     }
-    Ok(helpers(py)?
-        .decode_bytes
+    Ok(reference(py)?
+        .decode_json_bytes
         .bind(py)
         .call1((source,))?
         .cast_into::<PyString>()?)
@@ -190,14 +162,14 @@ fn detect_utf8(b: &[u8]) -> Option<usize> {
 }
 
 fn decode_error(py: Python<'_>, msg: &str, doc: &Bound<'_, PyString>, pos: usize) -> PyErr {
-    match helpers(py).and_then(|h| h.decode_error.bind(py).call1((msg, doc, pos))) {
+    match reference(py).and_then(|h| h.JSONDecodeError.bind(py).call1((msg, doc, pos))) {
         Ok(exc) => PyErr::from_value(exc),
         Err(err) => err,
     }
 }
 
 fn int_digit_limit(py: Python<'_>) -> PyResult<usize> {
-    let limit: usize = helpers(py)?
+    let limit: usize = reference(py)?
         .get_int_max_str_digits
         .bind(py)
         .call0()?
@@ -280,7 +252,7 @@ fn reference_json_key(
 ) -> PyResult<Key> {
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("volatile_keys", volatile.set(py))?;
-    let hex: String = helpers(py)?
+    let hex: String = reference(py)?
         .call_key_json
         .bind(py)
         .call((name, text), Some(&kwargs))?
@@ -301,8 +273,8 @@ pub fn invalid_json(
     err: PyErr,
     collapse: bool,
 ) -> PyResult<(Key, Py<PyString>)> {
-    let helpers = helpers(py)?;
-    if !err.is_instance(py, helpers.unparsable.bind(py)) {
+    let helpers = reference(py)?;
+    if !err.is_instance(py, helpers.UNPARSABLE.bind(py)) {
         return Err(err);
     }
     let (hex, why): (String, Bound<'_, PyString>) = helpers

@@ -15,42 +15,18 @@ use sha2::{Digest, Sha256};
 use crate::key::Key;
 use crate::py_canon::{ascii_of, canonical_key, wtf8_of, VolatileKeys};
 use crate::py_guard::{
-    formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict, VerdictDetail,
+    annotated_specs, formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict,
+    VerdictDetail,
 };
+use crate::py_reference::reference;
 use crate::snapshot::{
     check_verdict, frame_end, frame_start, unframe, write_cache, Decode, DetailData, Encode,
     Reader, SnapshotError, VerdictData, Writer, FULL, H_CACHED, STATE_ONLY,
 };
 
-/// The reference's side of snapshots: the error class both backends raise, the
-/// configuration's writer and reader, and cached results to and from JSON text.
-struct Helpers {
-    error: Py<PyAny>,
-    config_bytes: Py<PyAny>,
-    read_config: Py<PyAny>,
-    json_text: Py<PyAny>,
-    json_value: Py<PyAny>,
-}
-
-static HELPERS: PyOnceLock<Helpers> = PyOnceLock::new();
-
-fn helpers(py: Python<'_>) -> PyResult<&Helpers> {
-    HELPERS.get_or_try_init(py, || {
-        let module = py.import("tripwire._snapshot")?;
-        let get = |name: &str| module.getattr(name).map(Bound::unbind);
-        Ok(Helpers {
-            error: get("SnapshotError")?,
-            config_bytes: get("config_bytes")?,
-            read_config: get("read_config")?,
-            json_text: get("json_text")?,
-            json_value: get("json_value")?,
-        })
-    })
-}
-
 /// The reference's `SnapshotError` (a `ValueError`) with the format's message.
 fn error(py: Python<'_>, why: &str) -> PyErr {
-    match helpers(py).and_then(|h| h.error.bind(py).call1((why,))) {
+    match reference(py).and_then(|h| h.SnapshotError.bind(py).call1((why,))) {
         Ok(err) => PyErr::from_value(err),
         Err(err) => err,
     }
@@ -94,7 +70,7 @@ impl GuardConfig {
         if let Some(written) = self.written.get() {
             return Ok(written);
         }
-        let bytes: Vec<u8> = helpers(py)?
+        let bytes: Vec<u8> = reference(py)?
             .config_bytes
             .bind(py)
             .call1((
@@ -179,7 +155,7 @@ fn config_for(py: Python<'_>, written: &[u8]) -> PyResult<Arc<GuardConfig>> {
 }
 
 fn build_config(py: Python<'_>, written: &[u8]) -> PyResult<GuardConfig> {
-    let parsed = helpers(py)?
+    let parsed = reference(py)?
         .read_config
         .bind(py)
         .call1((PyBytes::new(py, written),))?;
@@ -203,6 +179,7 @@ fn build_config(py: Python<'_>, written: &[u8]) -> PyResult<GuardConfig> {
         Some(Arc::from(formatted(&max_steps)?))
     };
     let tools_checked = get("tools")?.cast_into::<PyDict>()?;
+    let definitions = get("definitions")?;
     let config = GuardConfig {
         limits,
         volatile: VolatileKeys::from_arg(py, Some(&get("volatile_keys")?))?,
@@ -210,7 +187,8 @@ fn build_config(py: Python<'_>, written: &[u8]) -> PyResult<GuardConfig> {
         tools_checked: tools_checked.unbind(),
         tools_repr: get("tools_repr")?.extract()?,
         infer: get("infer")?.extract()?,
-        definitions: get("definitions")?.unbind(),
+        annotated: annotated_specs(py, &definitions)?,
+        definitions: definitions.unbind(),
         max_steps_text,
         written: std::sync::OnceLock::new(),
     };
@@ -318,7 +296,7 @@ impl Encoder<'_> {
 
 /// The JSON text of a cached result, if it is a JSON value.
 fn json_text(py: Python<'_>, result: &Py<PyAny>) -> PyResult<Option<Vec<u8>>> {
-    helpers(py)?
+    reference(py)?
         .json_text
         .bind(py)
         .call1((result.bind(py),))?
@@ -448,7 +426,7 @@ impl Decoder<'_> {
 
     fn json_value(&self, json: &[u8]) -> crate::snapshot::Result<Py<PyAny>> {
         let py = self.py;
-        helpers(py)
+        reference(py)
             .and_then(|h| h.json_value.bind(py).call1((PyBytes::new(py, json),)))
             .map(Bound::unbind)
             .map_err(to_format)
@@ -616,10 +594,9 @@ fn snapshot_arg<'a>(data: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
         let copy = data.py().get_type::<PyBytes>().call1((data,))?;
         return Ok(Cow::Owned(copy.cast::<PyBytes>()?.as_bytes().to_vec()));
     }
-    Err(pyo3::exceptions::PyTypeError::new_err(format!(
-        "a snapshot is bytes, not {}",
-        data.get_type().name()?
-    )))
+    let py = data.py();
+    let checked = reference(py).and_then(|r| r.unframe.bind(py).call1((data,)));
+    Err(crate::py_reference::refused(checked, "a snapshot"))
 }
 
 /// `Guard.from_snapshot(data)`.

@@ -276,3 +276,19 @@ def test_a_failed_load_leaves_the_guard_as_it_was(data: bytes) -> None:
             guard.load(data)
         except ValueError:
             assert guard.snapshot() == before
+
+
+def test_a_restored_guard_keeps_what_its_definitions_annotate(impl: ModuleType) -> None:
+    """A guard resolves its definitions' tools when it is made (issue 32): one restored from
+    a snapshot, or a pickle, is made from the snapshot's configuration and resolves them too."""
+    restart = {"name": "restart", "annotations": {"destructiveHint": True}}
+    lookup = {"name": "lookup", "annotations": {"readOnlyHint": True, "openWorldHint": True}}
+    guard = impl.Guard(definitions=[restart, lookup])
+    for copied in (impl.Guard.from_snapshot(guard.snapshot()), pickle.loads(pickle.dumps(guard))):
+        assert copied.policy_of("restart") == ("write", "definition")
+        assert copied.policy_of("lookup") == ("volatile", "definition")
+        assert copied.policy_of("get_user") == ("read", "name")
+        assert copied.policy_of("frobnicate") == (None, None)
+    blank = impl.Guard(definitions=[restart, lookup])
+    blank.load(guard.snapshot(state_only=True))
+    assert blank.policy_of("restart") == ("write", "definition")

@@ -68,12 +68,20 @@ observed or a snapshot is taken): the check's fast path never computes one.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
+from tripwire._call_ids import CALL_ID_MEMORY, CallIds
+from tripwire._checks import (
+    check_call_id,
+    check_flag,
+    check_limits,
+    check_verdict,
+    exact,
+    unpack_call,
+)
 from tripwire._keys import (
     UNPARSABLE,
     call_key,
@@ -84,488 +92,76 @@ from tripwire._keys import (
     verbatim_key_json,
     volatile_set,
 )
+from tripwire._locking import ChangeLock
+from tripwire._messages import (
+    REENTERED,
+    Action,
+    Detail,
+    Reason,
+    nudge_message,
+    stop_message,
+    verdict_message,
+)
 from tripwire._policy import (
     DEFAULT_MAX_POLLS,
+    INFERRED_TOOLS,
     POLICIES,
     Policy,
     ToolPolicy,
+    annotated_policies,
     check_definitions,
-    check_int,
     check_tools,
-    infer_policy,
+    policy_by_name,
 )
 from tripwire._question import Question, question_of, same_question
-from tripwire._results import describe_result, digest
+from tripwire._results import describe_result
 from tripwire._snapshot import (
-    ACTIONS,
-    CHANGES,
-    EMPTY,
-    FAILED,
     FULL,
-    H_CACHED,
-    H_CALL_ID,
-    H_DUPLICATE,
-    H_INVALID,
-    HAS_RESULT,
     MAX_U32,
     MAX_U64,
-    NUDGED,
-    QUESTION,
-    REASONS,
-    RETRY,
     STATE_ONLY,
-    WRITES,
     Config,
-    Reader,
+    RunState,
     SnapshotError,
-    Writer,
     config_bytes,
     config_digest,
     frame,
-    json_text,
-    json_value,
     read_config,
+    read_state,
     unframe,
+    write_state,
 )
+from tripwire._state import CACHE_ENTRIES, COUNTED_CALLS, TRANSIENT_RETRIES, Entry
+from tripwire._verdict import Verdict, _verdict
 
-Action = Literal["allow", "nudge", "stop"]
 # What came after a nudge in a run of empty results or of one error (Guard._run_counts).
 AfterNudge = Literal["none", "pending", "shown"]
-Reason = Literal["loop_detected", "budget_exhausted", "no_progress"]
 
-__all__ = ("DEFAULT_MAX_POLLS", "POLICIES", "Action", "Guard", "Policy", "Reason", "Verdict")
-
-# How many recent call ids a guard remembers, so a retried delivery gets its first answer.
-CALL_ID_MEMORY: Final = 128
-# How many read results a guard keeps for ``Verdict.cached``; the oldest go first.
-CACHE_ENTRIES: Final = 1024
-# How many transient failures of one call a run may retry before they count as repeats.
-TRANSIENT_RETRIES: Final = 3
-# How many distinct calls' poll counts, and how many distinct calls' transient-retry counts,
-# a guard remembers (each). Arguments come from the model, so a run can make up a new poll
-# call each check: past this, the least recently counted call is forgotten (its count starts
-# again from 0), so memory and snapshots stay bounded (issue 26). A loop is always the most
-# recently counted call, so it is never the one forgotten.
-COUNTED_CALLS: Final = 256
-# How many undeclared tools' inferred policies a guard remembers (tool names come from the
-# model, so the memory is bounded; past it, a policy is inferred again on each call).
-INFERRED_TOOLS: Final = 1024
-
-_ORDINALS: Final = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
-
-
-# Why a call made from inside another on the same guard, in the same thread, is refused.
-REENTERED: Final = (
-    "tripwire: this guard is in the middle of a call in this thread (a signal handler, a "
-    "finaliser or a gc callback called it again before that call returned); nothing was "
-    "counted: make the call after the first one returns, or give the callback its own guard"
+__all__ = (
+    "CACHE_ENTRIES",
+    "CALL_ID_MEMORY",
+    "COUNTED_CALLS",
+    "DEFAULT_MAX_POLLS",
+    "INFERRED_TOOLS",
+    "POLICIES",
+    "REENTERED",
+    "TRANSIENT_RETRIES",
+    "Action",
+    "Detail",
+    "Guard",
+    "Policy",
+    "Reason",
+    "Verdict",
+    "_verdict",
+    "check_limits",
+    "nudge_message",
+    "stop_message",
+    "verdict_message",
 )
-
-
-def _ordinal(n: int) -> str:
-    return _ORDINALS[n - 1] if 1 <= n <= len(_ORDINALS) else f"{n}th"
-
-
-# What a verdict's message is about, beyond its action and reason:
-#   None                  plain: nothing observed that the message could say
-#   ("unchanged",)        the repeats' results were observed, and two or more were equal
-#   ("failed", text, n)   the repeats failed: n of them with this error
-#   ("errors", n, text)   n calls in a row to this tool failed with this error
-#   ("empty", n, tools)   n calls in a row to these tools came back empty
-#   ("cycle", tools, w)   the last calls went twice round a cycle of these tools (w: of writes
-#                         and reads, where only the writes' results had to be the same)
-#   ("poll", limit)       a poll tool reached its limit
-#   ("after", tool, n, d) a call checked after the run stopped: the stop's own tool, repeats
-#                         and detail, so that its message is the stop's
-Detail = tuple[Any, ...] | None
-
-_DO_NOT_REPEAT: Final = (
-    "Do not repeat it. Either use different arguments, use a different tool, or report what "
-    "you have so far."
-)
-
-
-def _empty_calls(detail: tuple[Any, ...]) -> str:
-    count, tools = detail[1], detail[2]
-    if len(tools) == 1:
-        return f"{count} calls to {tools[0]} in a row"
-    return f"{count} calls in a row to {', '.join(tools)}"
-
-
-def _failed(detail: tuple[Any, ...]) -> str:
-    text, times = detail[1], detail[2]
-    if times == 1:
-        return f'the last one failed with "{text}"'
-    return f'it failed {times} times with "{text}"'
-
-
-def nudge_message(tool: str, repeats: int, detail: Detail = None) -> str:
-    if detail is not None and detail[0] == "empty":
-        return (
-            f"{_empty_calls(detail)} returned nothing. Do not reword the same request again: "
-            "try a different tool or approach, or report what you have so far."
-        )
-    if detail is not None and detail[0] == "errors":
-        return (
-            f'{detail[1]} calls to {tool} in a row failed with the same error, "{detail[2]}". '
-            "Do not retry it with other arguments: try a different tool or approach, or "
-            "report what you have so far."
-        )
-    said = ""
-    if detail == ("unchanged",):
-        said = ", and the result has not changed"
-    elif detail is not None and detail[0] == "failed":
-        said = f", and {_failed(detail)}"
-    return (
-        f"This is the {_ordinal(repeats)} identical call to {tool} with the same "
-        f"arguments{said}. {_DO_NOT_REPEAT}"
-    )
-
-
-def stop_message(
-    reason: Reason,
-    tool: str,
-    repeats: int,
-    window: int,
-    budget: int | str | None,
-    detail: Detail = None,
-) -> str:
-    if detail is not None and detail[0] == "after":
-        return stop_message(reason, detail[1], detail[2], window, budget, detail[3])
-    if reason == "budget_exhausted":
-        # No budget: the run's 2**64 - 1 steps (``Guard._judge``).
-        budget = (1 << 64) - 1 if budget is None else budget
-        return f"Stopped (budget_exhausted): the budget of {budget} tool calls is spent."
-    if reason == "no_progress":
-        assert detail is not None
-        if detail[0] == "empty":
-            return f"Stopped (no_progress): {_empty_calls(detail)} returned nothing."
-        if detail[0] == "errors":
-            return (
-                f"Stopped (no_progress): {detail[1]} calls to {tool} in a row failed with the "
-                f'same error, "{detail[2]}".'
-            )
-        tools = " -> ".join(detail[1])
-        same = "the same results from its writes" if detail[2] else "the same results"
-        return (
-            f"Stopped (no_progress): the last {2 * len(detail[1])} calls went twice round the "
-            f"same cycle ({tools}) with {same}; {tool} would start a third round."
-        )
-    if detail is not None and detail[0] == "poll":
-        return (
-            f"Stopped (loop_detected): {tool} was polled {repeats} times with the same "
-            f"arguments, more than its limit of {detail[1]}."
-        )
-    said = ""
-    if detail == ("unchanged",):
-        said = " and the same result"
-    text = (
-        f"Stopped (loop_detected): {tool} was called {repeats} times with the same "
-        f"arguments{said} within the last {window} calls."
-    )
-    if detail is not None and detail[0] == "failed":
-        text = f"{text[:-1]}; {_failed(detail)}."
-    return text
-
-
-def verdict_message(
-    action: str,
-    reason: Reason | None,
-    tool: str,
-    repeats: int,
-    window: int,
-    budget: int | str | None,
-    detail: Detail,
-) -> str | None:
-    """A verdict's message: the one source of the texts, for both backends."""
-    if action == "nudge":
-        return nudge_message(tool, repeats, detail)
-    if action == "stop" and reason is not None:
-        return stop_message(reason, tool, repeats, window, budget, detail)
-    return None
-
-
-def check_limits(window: object, nudge_at: object, stop_at: object, max_steps: object) -> None:
-    """Validates the guard's numbers (``None`` meaning the default): the one source of these
-    checks and their messages, for both backends."""
-    window = 12 if window is None else window
-    nudge_at = 2 if nudge_at is None else nudge_at
-    stop_at = 3 if stop_at is None else stop_at
-    window = check_int("window", window, 1)
-    nudge_at = check_int("nudge_at", nudge_at, 2)
-    stop_at = check_int("stop_at", stop_at, 2)
-    if stop_at < nudge_at:
-        raise ValueError(f"stop_at ({stop_at}) must not be less than nudge_at ({nudge_at})")
-    if stop_at > window + 1:
-        raise ValueError(
-            f"stop_at ({stop_at}) can never be reached with window={window}: "
-            f"a window of {window} holds at most {window + 1} occurrences, this one included"
-        )
-    if max_steps is not None:
-        check_int("max_steps", max_steps, 1)
-
-
-class Verdict:
-    """What the guard says about one call. Immutable; ``message`` is built when read."""
-
-    __slots__ = (
-        "_budget",
-        "_detail",
-        "_window",
-        "action",
-        "cached",
-        "call_id",
-        "duplicate_of",
-        "invalid_arguments",
-        "key",
-        "reason",
-        "repeats",
-        "step",
-        "tool",
-    )
-
-    action: Action
-    reason: Reason | None
-    tool: str
-    key: str
-    repeats: int
-    step: int
-    cached: Any
-    call_id: str | None
-    duplicate_of: int | None
-    invalid_arguments: str | None
-    _window: int
-    _budget: int | None
-    _detail: Detail
-
-    def __init__(
-        self,
-        action: Action,
-        reason: Reason | None,
-        tool: str,
-        key: str,
-        repeats: int,
-        step: int,
-        *,
-        cached: Any = None,
-        call_id: str | None = None,
-        duplicate_of: int | None = None,
-        invalid_arguments: str | None = None,
-        window: int = 12,
-        budget: int | None = None,
-        detail: Detail = None,
-    ) -> None:
-        setter = object.__setattr__
-        setter(self, "action", action)
-        setter(self, "reason", reason)
-        setter(self, "tool", tool)
-        setter(self, "key", key)
-        setter(self, "repeats", repeats)
-        setter(self, "step", step)
-        setter(self, "cached", cached)
-        setter(self, "call_id", call_id)
-        setter(self, "duplicate_of", duplicate_of)
-        setter(self, "invalid_arguments", invalid_arguments)
-        setter(self, "_window", window)
-        setter(self, "_budget", budget)
-        setter(self, "_detail", detail)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Verdict is immutable; cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Verdict is immutable; cannot delete {name!r}")
-
-    @property
-    def message(self) -> str | None:
-        return verdict_message(
-            self.action,
-            self.reason,
-            self.tool,
-            self.repeats,
-            self._window,
-            self._budget,
-            self._detail,
-        )
-
-    def _fields(self) -> tuple[Any, ...]:
-        return (
-            self.action,
-            self.reason,
-            self.tool,
-            self.key,
-            self.repeats,
-            self.step,
-            self.call_id,
-            self.duplicate_of,
-            self.invalid_arguments,
-            self._detail,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        """Equal when every field is, and ``cached`` holds the very same result."""
-        if not isinstance(other, Verdict):
-            return NotImplemented
-        return self._fields() == other._fields() and self.cached is other.cached
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickle and ``copy`` (a fleet checks in one worker and observes in another):
-        rebuilt through ``__init__``, as ``__setattr__`` refuses pickle's default way."""
-        return _verdict, (
-            self.action,
-            self.reason,
-            self.tool,
-            self.key,
-            self.repeats,
-            self.step,
-            self.cached,
-            self.call_id,
-            self.duplicate_of,
-            self.invalid_arguments,
-            self._window,
-            self._budget,
-            self._detail,
-        )
-
-    def _replace(self, **changes: Any) -> Verdict:
-        fields: dict[str, Any] = {
-            "cached": self.cached,
-            "call_id": self.call_id,
-            "duplicate_of": self.duplicate_of,
-            "invalid_arguments": self.invalid_arguments,
-            "window": self._window,
-            "budget": self._budget,
-            "detail": self._detail,
-        }
-        fields.update(changes)
-        return Verdict(
-            self.action, self.reason, self.tool, self.key, self.repeats, self.step, **fields
-        )
-
-    def __repr__(self) -> str:
-        extra = ""
-        if self.reason is not None:
-            extra += f", reason={self.reason!r}"
-        if self.duplicate_of is not None:
-            extra += f", duplicate_of={self.duplicate_of}"
-        if self.cached is not None:
-            extra += ", cached=..."
-        return (
-            f"Verdict(action={self.action!r}{extra}, tool={self.tool!r}, key={self.key!r}, "
-            f"repeats={self.repeats}, step={self.step})"
-        )
-
-
-def _verdict(
-    action: Action,
-    reason: Reason | None,
-    tool: str,
-    key: str,
-    repeats: int,
-    step: int,
-    cached: Any,
-    call_id: str | None,
-    duplicate_of: int | None,
-    invalid_arguments: str | None,
-    window: int,
-    budget: int | None,
-    detail: Detail,
-) -> Verdict:
-    """A verdict from the fields ``Verdict.__reduce__`` gives pickle."""
-    return Verdict(
-        action,
-        reason,
-        tool,
-        key,
-        repeats,
-        step,
-        cached=cached,
-        call_id=call_id,
-        duplicate_of=duplicate_of,
-        invalid_arguments=invalid_arguments,
-        window=window,
-        budget=budget,
-        detail=detail,
-    )
-
-
-class _Entry:
-    """One call in the window: its key and tool, the step it was checked at, whether it was
-    nudged (so never ran), whether it was an allowed call to a ``write`` tool (``writes``) or
-    to one that may change the world (``changes``: a write, a shell, or a tool with no
-    policy), and the user turn it was made in; once observed, its result's digest, whether it
-    came back empty, whether it failed (then ``error`` is the text), and whether the failure
-    was a transient one that a retry need not answer for (``retry``). ``question``: what it
-    asks (``tripwire._question``), known once it came back empty or failed, or when it was
-    checked while such a result was in the window; ``args``: its arguments (``text``: as JSON
-    text), held (``held``) until its result is observed, so that the question can be told
-    then, or until a snapshot is taken, which tells it."""
-
-    __slots__ = (
-        "args",
-        "changes",
-        "empty",
-        "error",
-        "failed",
-        "held",
-        "key",
-        "nudged",
-        "question",
-        "result",
-        "retry",
-        "step",
-        "text",
-        "tool",
-        "turn",
-        "writes",
-    )
-
-    def __init__(
-        self, key: str, tool: str, step: int, nudged: bool, kind: Policy | None, turn: int
-    ) -> None:
-        self.key = key
-        self.tool = tool
-        self.step = step
-        self.nudged = nudged
-        self.writes = not nudged and kind == "write"
-        self.changes = not nudged and kind in (None, "write", "shell")
-        self.turn = turn
-        self.result: str | None = None
-        self.empty = False
-        self.failed = False
-        self.error: str | None = None
-        self.retry = False
-        self.question: Question | None = None
-        self.held = False
-        self.args: Any = None
-        self.text = False
-
-    @property
-    def changed(self) -> bool:
-        """May have changed the world: a write that did not fail, or a shell or tool of
-        unknown kind (a command that fails may still have written files: a pre-commit hook
-        that reformats them and fails the commit)."""
-        return self.changes and not (self.writes and self.failed)
-
-    @property
-    def marked(self) -> bool:
-        """Came back empty, or failed for good: what the rules over varied arguments read,
-        and why later calls' questions are told while it is in the window."""
-        return self.empty or (self.failed and not self.retry)
-
-
-class _Remembered:
-    """The verdict given to a call id, the key of the call it was given to, and whether the
-    call's result has been observed since (then the id is no longer awaiting a redelivery)."""
-
-    __slots__ = ("answered", "key", "verdict")
-
-    def __init__(self, key: str, verdict: Verdict) -> None:
-        self.key = key
-        self.verdict = verdict
-        self.answered = False
+# The bounds, REENTERED, Detail, check_limits, the message functions and ``_verdict`` lived
+# here before the module was split by concern (``_messages``, ``_checks``, ``_verdict``,
+# ``_call_ids``, ``_state``, ``_snapshot``), and are still imported from here: by tests and
+# users, and by pickles of verdicts made before the split (``tripwire._guard._verdict``).
 
 
 class Guard:
@@ -591,21 +187,17 @@ class Guard:
         self._max_steps = max_steps
         self._volatile = volatile_set(volatile_keys)
         self._tools, self._tools_repr = check_tools(tools)
-        infer = True if infer is None else infer
-        if not isinstance(infer, bool):
-            raise TypeError(f"infer must be a bool, not {type(infer).__name__}")
-        self._infer = infer
+        self._infer = bool(check_flag("infer", infer, True))
         self._definitions = check_definitions(definitions)
-        self._inferred: dict[str, ToolPolicy | None] = {}
-        # Re-entrant: allocating a verdict can start a garbage collection whose callbacks may
-        # look at this guard from the same thread (a Python lock, unlike the native one, lets
-        # other threads run while it waits, so threads cannot deadlock on it). A callback
-        # that would change the run while a change is half made is refused (``_locked``).
-        self._lock = threading.RLock()
-        # A change to the run is under way (in the thread that holds the lock).
-        self._busy = False
-        # Objects the state lets go of while the lock is held. Dropping one can run Python
-        # code (a finaliser) that uses this guard again, so they are dropped after release.
+        # The annotated tools' policies, resolved once; other names' go through the one
+        # cache of inferred policies (``tripwire._policy.policy_by_name``).
+        self._annotated = annotated_policies(self._definitions)
+        # Allocating a verdict can start a garbage collection whose callbacks may look at
+        # this guard from the same thread: reads take the lock, changes are refused there
+        # (``_locked``; ``tripwire._locking``).
+        self._changes = ChangeLock()
+        self._lock = self._changes.lock
+        # What the run state lets go of during a change: see ``_let_go``.
         self._released: list[Any] = []
         # The configuration as a snapshot writes it, made when first asked for.
         self._config: bytes | None = None
@@ -613,26 +205,36 @@ class Guard:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """The lock, for a change to the run (or a read of all of it, a snapshot). Python
-        code can run in the middle of one in the same thread (a signal handler, a gc
-        callback, a finaliser: between any two bytecodes), and the RLock lets it in: a
-        change it made there would interleave with the half-made one (a step handed out
-        twice, the window changed under an iteration). So it is refused, with nothing
-        changed; the native guard, which runs no Python code while locked, never meets it.
-        Reading (``keys``, ``steps``, ``stopped``, ``policy_of``) is always allowed."""
-        with self._lock:
-            if self._busy:
-                raise RuntimeError(REENTERED)
-            self._busy = True
+        """The lock, for a change to the run (or a read of all of it, a snapshot): a change
+        begun in the middle of another in the same thread is refused (``tripwire._locking``
+        says why); the native guard, which runs no Python code while locked, never meets it.
+        Reading (``keys``, ``steps``, ``stopped``, ``policy_of``) is always allowed.
+
+        What the change let go of (``_let_go``) is dropped here, and only here: after the
+        lock is released and the change is done."""
+        with self._changes.change():
             try:
                 yield
             finally:
-                self._busy = False
-            released, self._released = self._released, []
+                released, self._released = self._released, []
         del released
 
+    def _let_go(self, *objects: Any) -> None:
+        """**The rule for anything the run state stops holding during a change** (an entry
+        pushed out of the window, a cached result replaced or evicted, a call id's record, a
+        call's held arguments, the whole state on ``reset`` or ``load``): hand it here, never
+        drop it in place. It may be, or hold, the harness's object (a result, arguments, a
+        verdict's cached value), and dropping the last reference to one runs its finaliser,
+        Python code that may use this guard: in the middle of a change, that call would be
+        refused (``REENTERED``) or see half a change. ``_locked`` drops them once the change
+        is done and the lock released. The native guard keeps the same rule in Rust: what
+        ``RunState`` lets go of is handed back as ``Released`` (``rust/guard.rs``) and
+        dropped after its lock. ``tests/test_released.py`` holds both to it: finalisers that
+        check on the guard, run by every way the state lets go of an object."""
+        self._released.extend(objects)
+
     def _clear(self) -> None:
-        self._window: deque[_Entry] = deque(maxlen=self._window_size)
+        self._window: deque[Entry] = deque(maxlen=self._window_size)
         # Checks of each poll tool's call so far this run (not only in the window), and
         # transient failures of each call: the least recently counted first, at most
         # COUNTED_CALLS of each (``_count``).
@@ -644,21 +246,18 @@ class Guard:
         # Whether a new call's question must be told (tripwire._question): a result in the
         # window came back empty or failed. Read without the lock, before it is taken.
         self._wants_question = False
-        self._by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
+        self._by_call_id = CallIds()
         self._cache: OrderedDict[str, Any] = OrderedDict()
 
     # -- policies -------------------------------------------------------------------------
 
     def _policy(self, name: str) -> ToolPolicy | None:
+        """Declared, else (inferring) annotated by a definition, else what the name says."""
         declared = self._tools.get(name)
         if declared is not None or not self._infer:
             return declared
-        if name in self._inferred:
-            return self._inferred[name]
-        policy = infer_policy(name, self._definitions)
-        if len(self._inferred) < INFERRED_TOOLS:
-            self._inferred[name] = policy
-        return policy
+        annotated = self._annotated.get(name)
+        return annotated if annotated is not None else policy_by_name(name)
 
     def policy_of(self, name: str, /) -> tuple[Policy | None, str | None]:
         """The policy the guard uses for a tool, and where it comes from: ``"declared"``
@@ -667,8 +266,7 @@ class Guard:
         unknown kind."""
         if not isinstance(name, str):
             raise TypeError(f"tool name must be a str, not {type(name).__name__}")
-        with self._lock:  # a read (an inferred policy is remembered, atomically)
-            policy = self._policy(_exact(name))
+        policy = self._policy(exact(name))
         if policy is None:
             return None, None
         return policy.kind, policy.source
@@ -686,9 +284,8 @@ class Guard:
         """The tool's exact name, the call's key, the tool's policy, and what is wrong with
         arguments given as JSON ``text`` that do not parse (then the raw text keys the call).
         Raises for a bad call, before anything changes."""
-        name = _exact(check_name(name))
-        with self._lock:  # a read (an inferred policy is remembered, atomically)
-            policy = self._policy(name)
+        name = exact(check_name(name))
+        policy = self._policy(name)
         keep = policy is not None and policy.whitespace == "keep"
         if not text:
             if keep:
@@ -708,7 +305,7 @@ class Guard:
 
     def check(self, name: str, args: Any, /, *, call_id: str | None = None) -> Verdict:
         """The verdict on one call, before it is dispatched."""
-        call_id = _check_call_id(call_id)
+        call_id = check_call_id(call_id)
         name, key, policy, _ = self._prepare(name, args, False)
         question = self._question(name, args, False)
         with self._locked():
@@ -722,7 +319,7 @@ class Guard:
         Text that is not valid JSON, nested too deep or too big to parse does not raise: the
         raw text, whitespace collapsed, keys the call (a model that keeps sending the same
         broken arguments is looping too), and ``Verdict.invalid_arguments`` says why."""
-        call_id = _check_call_id(call_id)
+        call_id = check_call_id(call_id)
         name, key, policy, invalid = self._prepare(name, text, True)
         question = self._question(name, text, True)
         with self._locked():
@@ -742,8 +339,8 @@ class Guard:
         """
         prepared: list[tuple[str, str, ToolPolicy | None, str | None, str | None, Any, bool]] = []
         for index, call in enumerate(calls):
-            name, args, call_id = _unpack_call(index, call)
-            call_id = _check_call_id(call_id)
+            name, args, call_id = unpack_call(index, call)
+            call_id = check_call_id(call_id)
             text = isinstance(args, (str, bytes, bytearray))
             prepared.append((*self._prepare(name, args, text), call_id, args, text))
         questions = [self._question(p[0], p[5], p[6]) for p in prepared]
@@ -767,13 +364,8 @@ class Guard:
         return verdicts
 
     def _retried(self, call_id: str | None, key: str) -> bool:
-        """A retried delivery: the same call id *and* the same call as one checked before,
-        whose result has not been observed yet. Providers reuse ids across turns, for other
-        calls and for the same call asked again after its answer: both are new calls."""
-        if call_id is None:
-            return False
-        remembered = self._by_call_id.get(call_id)
-        return remembered is not None and remembered.key == key and not remembered.answered
+        """A retried delivery (``tripwire._call_ids``)."""
+        return self._by_call_id.retried(call_id, key)
 
     def _decide(
         self,
@@ -788,7 +380,7 @@ class Guard:
     ) -> Verdict:
         if self._retried(call_id, key):
             assert call_id is not None
-            return self._by_call_id[call_id].verdict
+            return self._by_call_id.recall(call_id)
         if self._stopped is not None:
             # The run's stop, for this call: its own id, tool and key, the stop's message.
             stop = self._stopped
@@ -825,7 +417,7 @@ class Guard:
                 cached = self._cache.get(key)
             # A call that may change the world makes every cached read stale.
             if kind in (None, "write", "shell") and self._cache:
-                self._released.append(self._cache)
+                self._let_go(self._cache)
                 self._cache = OrderedDict()
             if kind == "poll":
                 self._count(self._polls, key, min(self._polls.get(key, 0) + 1, MAX_U32))
@@ -834,14 +426,14 @@ class Guard:
         if action == "stop":
             self._stopped = verdict._replace(call_id=None)
         else:
-            entry = _Entry(key, name, step, action == "nudge", kind, self._turn)
+            entry = Entry(key, name, step, action == "nudge", kind, self._turn)
             entry.question = question
             if action == "allow" and question is None:
                 # Held until the result is observed: its question is told if it comes back
                 # empty or failed. A nudged call never runs, so nothing of it is observed.
                 entry.held, entry.args, entry.text = True, args, text
             if len(self._window) == self._window.maxlen:
-                self._released.append(self._window[0])
+                self._let_go(self._window[0])
             self._window.append(entry)
             self._update_wants()
         if call_id is not None:
@@ -854,7 +446,7 @@ class Guard:
         counts[key] = value
         counts.move_to_end(key)
         if len(counts) > COUNTED_CALLS:
-            self._released.append(counts.popitem(last=False))
+            self._let_go(counts.popitem(last=False))
 
     def _update_wants(self) -> None:
         self._wants_question = any(entry.marked for entry in self._window)
@@ -977,11 +569,11 @@ class Guard:
             return empty
         return self._error_run(question)
 
-    def _tail(self, question: Question | None, fits: Any) -> list[_Entry]:
+    def _tail(self, question: Question | None, fits: Any) -> list[Entry]:
         """The calls at the end of the window, newest first, back to the last user message,
         that ``fits`` or were nudged (so ran no better), each asking the same question as this
         call (``question``) or as a later call of the run (``tripwire._question``)."""
-        run: list[_Entry] = []
+        run: list[Entry] = []
         asked = [question]
         for entry in reversed(self._window):
             if entry.turn != self._turn or not (entry.nudged or fits(entry)):
@@ -993,7 +585,7 @@ class Guard:
         return run
 
     @staticmethod
-    def _run_counts(run: list[_Entry]) -> tuple[int, AfterNudge]:
+    def _run_counts(run: list[Entry]) -> tuple[int, AfterNudge]:
         """How many calls of a run came back (a nudged one never ran), and what came after
         a nudge in it: ``"none"`` (no nudge: it may nudge, not stop), ``"pending"`` (its
         newest call was nudged: this one runs, to show whether the nudge was ignored) or
@@ -1059,16 +651,12 @@ class Guard:
         return None
 
     def _remember_call_id(self, call_id: str, key: str, verdict: Verdict) -> None:
-        self._released.append(self._by_call_id.pop(call_id, None))
-        remembered = _Remembered(key, verdict)
         # A nudge is its call's answer: the harness gave the model the guard's message as
         # the call's result. The same call asked again under the same id is the model
         # repeating itself, and is counted: ids are a retry signal, never a reason to stop
         # counting (a model that re-issued a nudged call under its id was never stopped).
-        remembered.answered = verdict.action == "nudge"
-        self._by_call_id[call_id] = remembered
-        if len(self._by_call_id) > CALL_ID_MEMORY:
-            self._released.append(self._by_call_id.popitem(last=False))
+        answered = verdict.action == "nudge"
+        self._let_go(self._by_call_id.remember(call_id, key, verdict, answered))
 
     # -- results --------------------------------------------------------------------------
 
@@ -1077,17 +665,16 @@ class Guard:
         allowed check of the same call carries it in ``Verdict.cached``. Other tools
         (inferred reads too: whether a read outlives the run is for its author to say):
         nothing."""
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"record() takes a Verdict, not {type(verdict).__name__}")
+        check_verdict("record", verdict, Verdict)
         policy = self._tools.get(verdict.tool)
         if verdict.action != "allow" or result is None or policy is None or policy.kind != "read":
             return
         with self._locked():
-            self._released.append(self._cache.get(verdict.key))
+            self._let_go(self._cache.get(verdict.key))
             self._cache[verdict.key] = result
             self._cache.move_to_end(verdict.key)
             if len(self._cache) > CACHE_ENTRIES:
-                self._released.append(self._cache.popitem(last=False))
+                self._let_go(self._cache.popitem(last=False))
 
     def observe(
         self,
@@ -1107,23 +694,18 @@ class Guard:
         result is observed (or a snapshot is taken), and reads them only if it came back
         empty or failed.
         Verdicts that were not allowed, or whose call has left the window, are ignored."""
-        if not isinstance(verdict, Verdict):
-            raise TypeError(f"observe() takes a Verdict, not {type(verdict).__name__}")
-        if transient is not None and not isinstance(transient, bool):
-            raise TypeError(f"transient must be a bool or None, not {type(transient).__name__}")
+        check_verdict("observe", verdict, Verdict)
+        transient = check_flag("transient", transient, None)
         if verdict.action != "allow":
             return
-        with self._lock:  # a read (an inferred policy is remembered, atomically)
-            policy = self._policy(verdict.tool)
+        policy = self._policy(verdict.tool)
         digest, empty, failed, is_transient, text = describe_result(
             result, error, transient, policy
         )
         held: tuple[Any, bool] | None = None
         with self._locked():
             if verdict.call_id is not None:
-                remembered = self._by_call_id.get(verdict.call_id)
-                if remembered is not None and remembered.verdict.step == verdict.step:
-                    remembered.answered = True
+                self._by_call_id.answer(verdict.call_id, verdict.step)
             entry = self._entry_of(verdict)
             if entry is None:
                 return
@@ -1146,7 +728,7 @@ class Guard:
                 entry.question = None
             elif entry.question is None and entry.held:
                 held = (entry.args, entry.text)
-            self._released.append(entry.args)
+            self._let_go(entry.args)
             entry.held, entry.args = False, None
             self._update_wants()
         if held is None:
@@ -1159,7 +741,7 @@ class Guard:
             if entry is not None and entry.question is None:
                 entry.question = question
 
-    def _entry_of(self, verdict: Verdict) -> _Entry | None:
+    def _entry_of(self, verdict: Verdict) -> Entry | None:
         """The window's entry of an allowed verdict's call, if it is still in the window. A
         nudged entry is no allowed call's (a verdict given by another state than this one,
         loaded since, can name its step and key): it never ran, so nothing is observed of it."""
@@ -1179,7 +761,7 @@ class Guard:
     def reset(self) -> None:
         """Forgets the run: window, steps, stop, call ids and cached results."""
         with self._locked():
-            self._released.append((self._stopped, self._by_call_id, self._cache, self._window))
+            self._let_go(self._stopped, self._by_call_id, self._cache, self._window)
             self._clear()
 
     # -- state as data (the format: tripwire._snapshot) ----------------------------------
@@ -1203,13 +785,22 @@ class Guard:
         """The guard as bytes: its configuration and run state (``state_only``: the state
         and a digest of the configuration, for a store that keeps the state of guards made
         alike, to ``load``). The format: ``tripwire._snapshot``."""
-        state_only = False if state_only is None else state_only
-        if not isinstance(state_only, bool):
-            raise TypeError(f"state_only must be a bool, not {type(state_only).__name__}")
+        state_only = check_flag("state_only", state_only, False)
         config = self._config_bytes()
         self._tell_questions()
         with self._locked():
-            state = self._write_state()
+            state = write_state(
+                RunState(
+                    self._window,
+                    self._polls,
+                    self._retries,
+                    self._steps,
+                    self._turn,
+                    self._stopped,
+                    self._by_call_id,
+                    self._cache,
+                )
+            )
         if state_only:
             return frame(STATE_ONLY, config_digest(config), state)
         return frame(FULL, config, state)
@@ -1225,7 +816,7 @@ class Guard:
                 "with the same one"
             )
         guard = cls._from_config(read_config(head), head)
-        guard._restore(guard._read_state(reader))
+        guard._restore(read_state(reader, guard._window_size, guard._max_steps))
         return guard
 
     @classmethod
@@ -1240,6 +831,7 @@ class Guard:
         )
         guard._tools, guard._tools_repr = config.tools, config.tools_repr
         guard._definitions = config.definitions
+        guard._annotated = annotated_policies(config.definitions)
         if guard._config_bytes() != data:
             raise SnapshotError(
                 "not a tripwire guard snapshot: its configuration is not written as tripwire "
@@ -1257,7 +849,7 @@ class Guard:
                 "the snapshot is of a guard with another configuration (window, thresholds, "
                 "tools, volatile keys or definitions) than this one"
             )
-        self._restore(self._read_state(reader))
+        self._restore(read_state(reader, self._window_size, self._max_steps))
 
     def _tell_questions(self) -> None:
         """Tells the questions of the calls whose arguments the guard holds, and keeps them
@@ -1276,166 +868,18 @@ class Guard:
             for entry, question in told:
                 if entry.question is None:
                     entry.question = question
-            self._released.append(taken)
+            self._let_go(taken)
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return type(self).from_snapshot, (self.snapshot(),)
 
-    def _write_state(self) -> bytes:
-        out = Writer()
-        out.varint(self._steps)
-        out.varint(self._turn)
-        out.varint(len(self._window))
-        for entry in self._window:
-            out.key(entry.key)
-            out.text(entry.tool)
-            out.varint(entry.step)
-            out.varint(entry.turn)
-            flags = (
-                NUDGED * entry.nudged
-                | WRITES * entry.writes
-                | CHANGES * entry.changes
-                | HAS_RESULT * (entry.result is not None)
-                | EMPTY * entry.empty
-                | FAILED * entry.failed
-                | RETRY * entry.retry
-                | QUESTION * (entry.question is not None)
-            )
-            out.u8(flags)
-            if entry.result is not None:
-                out.key(entry.result)
-            if entry.failed:
-                out.text(entry.error or "")
-            if entry.question is not None:
-                for digest in entry.question:
-                    out.key(digest)
-        out.u8(self._stopped is not None)
-        if self._stopped is not None:
-            _write_verdict(out, self._stopped)
-        out.varint(len(self._by_call_id))
-        for call_id, remembered in self._by_call_id.items():
-            out.text(call_id)
-            out.key(remembered.key)
-            out.u8(remembered.answered)
-            _write_verdict(out, remembered.verdict)
-        for counts in (self._polls, self._retries):
-            out.varint(len(counts))
-            for key, count in counts.items():
-                out.key(key)
-                out.varint(count)
-        cached = [(key, json_text(value)) for key, value in self._cache.items()]
-        kept = [(key, text) for key, text in cached if text is not None]
-        out.varint(len(kept))
-        for key, text in kept:
-            out.key(key)
-            out.raw(text)
-        return bytes(out.out)
-
-    def _read_state(self, reader: Reader) -> tuple[Any, ...]:
-        """A snapshot's run state, validated (its bounds and its consistency: the invariants
-        in ``tripwire._snapshot``), without changing anything."""
-        steps = reader.varint()
-        turn = reader.varint(MAX_U32)
-        window: deque[_Entry] = deque(maxlen=self._window_size)
-        errors: dict[str, str] = {}
-        previous_step, previous_turn = 0, 0
-        for _ in range(reader.count(self._window_size)):
-            entry = _Entry(reader.key(), reader.text(), reader.varint(), False, "read", 0)
-            entry.turn = reader.varint(MAX_U32)
-            if not previous_step < entry.step <= steps:
-                raise _inconsistent("an entry's step is out of order or past the steps")
-            if not previous_turn <= entry.turn <= turn:
-                raise _inconsistent("an entry's turn is out of order or past the turn")
-            previous_step, previous_turn = entry.step, entry.turn
-            flags = reader.u8()
-            _check_flags(flags)
-            entry.nudged = bool(flags & NUDGED)
-            entry.writes = bool(flags & WRITES)
-            entry.changes = bool(flags & CHANGES)
-            entry.empty = bool(flags & EMPTY)
-            entry.failed = bool(flags & FAILED)
-            entry.retry = bool(flags & RETRY)
-            if flags & HAS_RESULT:
-                entry.result = reader.key()
-            if entry.failed:
-                assert entry.result is not None  # _check_flags
-                entry.error = reader.text()
-                if errors.setdefault(entry.result, entry.error) != entry.error:
-                    raise _inconsistent("one digest, two errors")
-                if entry.result != digest("error", entry.error):
-                    raise _inconsistent("an error text is not its digest's")
-            if flags & QUESTION:
-                entry.question = (reader.key(), reader.key())
-            window.append(entry)
-        stopped = self._read_verdict(reader) if reader.flag() else None
-        if stopped is not None and (stopped.action != "stop" or stopped.step > steps):
-            raise _inconsistent("the stop is not a stop of this run")
-        by_call_id: OrderedDict[str, _Remembered] = OrderedDict()
-        for _ in range(reader.count(CALL_ID_MEMORY)):
-            call_id = reader.text()
-            key = reader.key()
-            answered = reader.flag()
-            remembered = _Remembered(key, self._read_verdict(reader))
-            remembered.answered = answered
-            if call_id in by_call_id:
-                raise _inconsistent("a call id twice")
-            if not 1 <= remembered.verdict.step <= steps:
-                raise _inconsistent("a call id's verdict is past the steps")
-            by_call_id[call_id] = remembered
-        polls = _read_counts(reader, MAX_U32)
-        retries = _read_counts(reader, TRANSIENT_RETRIES)
-        cache: OrderedDict[str, Any] = OrderedDict()
-        for _ in range(reader.count(CACHE_ENTRIES)):
-            key = reader.key()
-            if key in cache:
-                raise _inconsistent("a cached key twice")
-            cache[key] = json_value(reader.raw())
-        if reader.pos != len(reader.data):
-            raise _inconsistent("bytes after the state")
-        return window, polls, retries, steps, turn, stopped, by_call_id, cache
-
-    def _restore(self, state: tuple[Any, ...]) -> None:
+    def _restore(self, state: RunState) -> None:
         with self._locked():
-            self._released.append((self._stopped, self._by_call_id, self._cache, self._window))
-            (
-                self._window,
-                self._polls,
-                self._retries,
-                self._steps,
-                self._turn,
-                self._stopped,
-                self._by_call_id,
-                self._cache,
-            ) = state
+            self._let_go(self._stopped, self._by_call_id, self._cache, self._window)
+            self._window, self._polls, self._retries = state.window, state.polls, state.retries
+            self._steps, self._turn, self._stopped = state.steps, state.turn, state.stopped
+            self._by_call_id, self._cache = state.call_ids, state.cache
             self._update_wants()
-
-    def _read_verdict(self, reader: Reader) -> Verdict:
-        head = reader.u8()
-        if head & 3 == 3:
-            raise SnapshotError("not a tripwire guard snapshot: an unknown action")
-        action: Action = ACTIONS[head & 3]
-        reason: Reason | None = REASONS[head >> 2 & 3]
-        tool, key = reader.text(), reader.key()
-        repeats, step = reader.varint(MAX_U32), reader.varint()
-        cached = json_value(reader.raw()) if head & H_CACHED else None
-        call_id = reader.text() if head & H_CALL_ID else None
-        duplicate_of = reader.varint(MAX_U32) if head & H_DUPLICATE else None
-        invalid = reader.text() if head & H_INVALID else None
-        return Verdict(
-            action,
-            reason,
-            tool,
-            key,
-            repeats,
-            step,
-            cached=cached,
-            call_id=call_id,
-            duplicate_of=duplicate_of,
-            invalid_arguments=invalid,
-            window=self._window_size,
-            budget=self._max_steps,
-            detail=_read_detail(reader, nested=False),
-        )
 
     @property
     def steps(self) -> int:
@@ -1461,135 +905,7 @@ class Guard:
         )
 
 
-def _write_verdict(out: Writer, verdict: Verdict) -> None:
-    cached = None if verdict.cached is None else json_text(verdict.cached)
-    head = (
-        ACTIONS.index(verdict.action)
-        | REASONS.index(verdict.reason) << 2
-        | H_CACHED * (cached is not None)
-        | H_CALL_ID * (verdict.call_id is not None)
-        | H_DUPLICATE * (verdict.duplicate_of is not None)
-        | H_INVALID * (verdict.invalid_arguments is not None)
-    )
-    out.u8(head)
-    out.text(verdict.tool)
-    out.key(verdict.key)
-    out.varint(verdict.repeats)
-    out.varint(verdict.step)
-    if cached is not None:
-        out.raw(cached)
-    if verdict.call_id is not None:
-        out.text(verdict.call_id)
-    if verdict.duplicate_of is not None:
-        out.varint(verdict.duplicate_of)
-    if verdict.invalid_arguments is not None:
-        out.text(verdict.invalid_arguments)
-    _write_detail(out, verdict._detail)
-
-
-# Detail tags, by the first item of a Detail tuple (None: 0).
-_DETAIL_TAGS: Final = {"unchanged": 1, "failed": 2, "errors": 3, "empty": 4, "cycle": 5}
-
-
-def _write_detail(out: Writer, detail: Detail) -> None:
-    if detail is None:
-        out.u8(0)
-        return
-    kind = detail[0]
-    if kind == "poll":
-        out.u8(6)
-        out.varint(detail[1])
-    elif kind == "after":
-        out.u8(7)
-        out.text(detail[1])
-        out.varint(detail[2])
-        _write_detail(out, detail[3])
-    else:
-        out.u8(_DETAIL_TAGS[kind])
-        if kind == "failed":
-            out.text(detail[1])
-            out.varint(detail[2])
-        elif kind == "errors":
-            out.varint(detail[1])
-            out.text(detail[2])
-        elif kind == "empty":
-            out.varint(detail[1])
-            _write_names(out, detail[2])
-        elif kind == "cycle":
-            _write_names(out, detail[1])
-            out.u8(detail[2])
-
-
-def _write_names(out: Writer, names: tuple[str, ...]) -> None:
-    out.varint(len(names))
-    for name in names:
-        out.text(name)
-
-
-def _read_names(reader: Reader) -> tuple[str, ...]:
-    # Each name takes at least a byte: a count beyond what is left is corrupt.
-    return tuple(reader.text() for _ in range(reader.count(len(reader.data) - reader.pos)))
-
-
-def _read_detail(reader: Reader, nested: bool) -> Detail:
-    tag = reader.u8()
-    if tag == 0:
-        return None
-    if tag == 1:
-        return ("unchanged",)
-    if tag == 2:
-        return ("failed", reader.text(), reader.varint(MAX_U32))
-    if tag == 3:
-        return ("errors", reader.varint(MAX_U32), reader.text())
-    if tag == 4:
-        return ("empty", reader.varint(MAX_U32), _read_names(reader))
-    if tag == 5:
-        return ("cycle", _read_names(reader), reader.flag())
-    if tag == 6:
-        return ("poll", reader.varint(MAX_U32))
-    if tag == 7 and not nested:
-        return ("after", reader.text(), reader.varint(MAX_U32), _read_detail(reader, True))
-    raise SnapshotError(f"not a tripwire guard snapshot: detail tag {tag}")
-
-
-def _read_counts(reader: Reader, limit: int) -> OrderedDict[str, int]:
-    counts: OrderedDict[str, int] = OrderedDict()
-    for _ in range(reader.count(COUNTED_CALLS)):
-        key = reader.key()
-        if key in counts:
-            raise _inconsistent("a call counted twice")
-        count = reader.varint(limit)
-        if count == 0:
-            raise _inconsistent("a call counted 0 times")
-        counts[key] = count
-    return counts
-
-
-def _inconsistent(why: str) -> SnapshotError:
-    return SnapshotError(f"not a tripwire guard snapshot: {why}")
-
-
-def _check_flags(flags: int) -> None:
-    """An entry's flags, as the guard sets them (the invariants in ``tripwire._snapshot``)."""
-    if flags & ~(NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY | QUESTION):
-        raise _inconsistent(f"entry flags {flags:#x}")
-    observed = EMPTY | FAILED | RETRY | HAS_RESULT
-    if flags & NUDGED and flags & (WRITES | CHANGES | observed):
-        raise _inconsistent(f"a nudged call that ran (entry flags {flags:#x})")
-    if flags & WRITES and not flags & CHANGES:
-        raise _inconsistent(f"a write that changes nothing (entry flags {flags:#x})")
-    if flags & (EMPTY | FAILED) and not flags & HAS_RESULT:
-        raise _inconsistent(f"a result without digest (entry flags {flags:#x})")
-    if flags & EMPTY and flags & FAILED:
-        raise _inconsistent(f"a failure that came back empty (entry flags {flags:#x})")
-    if flags & RETRY and not flags & FAILED:
-        raise _inconsistent(f"a retry of a call that did not fail (entry flags {flags:#x})")
-    marked = flags & EMPTY or flags & (FAILED | RETRY) == FAILED
-    if flags & QUESTION and flags & HAS_RESULT and not marked:
-        raise _inconsistent(f"a question kept for a plain result (entry flags {flags:#x})")
-
-
-def _corrected(entry: _Entry, question: Question | None) -> bool:
+def _corrected(entry: Entry, question: Question | None) -> bool:
     """A failed call whose raw arguments differ from this call's (``question``): the tool
     saw a difference the key does not, so this call is a correction, not a repeat."""
     return (
@@ -1598,26 +914,3 @@ def _corrected(entry: _Entry, question: Question | None) -> bool:
         and entry.question is not None
         and entry.question[0] != question[0]
     )
-
-
-def _check_call_id(call_id: object) -> str | None:
-    if call_id is not None and not isinstance(call_id, str):
-        raise TypeError(f"call_id must be a str or None, not {type(call_id).__name__}")
-    return None if call_id is None else _exact(call_id)
-
-
-def _exact(text: str) -> str:
-    """The characters of a str, as an exact str: the guard hashes and compares tool names
-    and call ids, and formats them into messages, and a str subclass could override each of
-    those (and raise, or lie). ``str.__str__`` copies without calling any override."""
-    return text if type(text) is str else str.__str__(text)
-
-
-def _unpack_call(index: int, call: Sequence[Any]) -> tuple[str, Any, str | None]:
-    if isinstance(call, (str, bytes)) or not isinstance(call, Sequence) or len(call) not in (2, 3):
-        raise TypeError(
-            f"call {index} of the turn must be (name, args) or (name, args, call_id), "
-            f"not {type(call).__name__}"
-        )
-    call_id = call[2] if len(call) == 3 else None
-    return call[0], call[1], call_id

@@ -260,6 +260,14 @@ def check_threads(threads: object) -> None:
         raise ValueError(f"threads must be at least 1, got {threads}")
 
 
+def unpack_pair(index: int, call: Any) -> tuple[Any, Any]:
+    """Call ``index`` of ``call_keys``: a ``(name, args)`` pair (any sequence of two that
+    is not text)."""
+    if isinstance(call, (str, bytes)) or not isinstance(call, Sequence) or len(call) != 2:
+        raise TypeError(f"call {index} must be a (name, args) pair, not {type(call).__name__}")
+    return call[0], call[1]
+
+
 def call_keys(
     calls: Iterable[Any],
     /,
@@ -275,11 +283,7 @@ def call_keys(
     keys: list[str] = []
     for index, call in enumerate(calls):
         try:
-            if isinstance(call, (str, bytes)) or not isinstance(call, Sequence) or len(call) != 2:
-                raise TypeError(
-                    f"call {index} must be a (name, args) pair, not {type(call).__name__}"
-                )
-            name, args = call[0], call[1]
+            name, args = unpack_pair(index, call)
             if isinstance(args, (str, bytes, bytearray)):
                 keys.append(call_key_json(name, args, volatile_keys=volatile))
             else:

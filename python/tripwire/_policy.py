@@ -410,20 +410,30 @@ def check_definitions(definitions: Iterable[Any] | None) -> dict[str, Policy]:
 
 def infer_policy(name: str, definitions: Mapping[str, Policy]) -> ToolPolicy | None:
     """The policy of an undeclared tool, from its definition's annotations, the well-known
-    harnesses' tools, or its name's verb; ``None`` where none of them says."""
+    harnesses' tools, or its name's verb; ``None`` where none of them says. Not cached: each
+    backend keeps the one cache of its own (``policy_by_name`` here, ``BY_NAME`` in
+    ``rust/py_guard.rs``), and a guard resolves its definitions' tools once, when made."""
     annotated = definitions.get(name)
     if annotated is not None:
         known = KNOWN_TOOLS.get(name)
         whitespace: Whitespace = known[1] if known is not None else "collapse"
         return ToolPolicy(annotated, whitespace=whitespace, source="definition")
-    return _by_name(name)
+    return _named_policy(name)
 
 
-@functools.lru_cache(maxsize=4096)
-def _by_name(name: str) -> ToolPolicy | None:
-    """The policy a tool's name says: a function of the name alone, so shared by every guard
-    (a replay makes a guard per run, and each met its tools anew). Its policies are never
-    changed after they are made."""
+def annotated_policies(definitions: Mapping[str, Policy]) -> dict[str, ToolPolicy]:
+    """The policies of the tools that definitions annotate, by name: what a guard resolves
+    once, when it is made (definitions come from the harness, so they are bounded)."""
+    policies: dict[str, ToolPolicy] = {}
+    for name in definitions:
+        policy = infer_policy(name, definitions)
+        assert policy is not None  # an annotated tool's policy is its annotation
+        policies[name] = policy
+    return policies
+
+
+def _named_policy(name: str) -> ToolPolicy | None:
+    """The policy a tool's name says: a function of the name alone."""
     known = KNOWN_TOOLS.get(name)
     if known is not None:
         kind, whitespace = known
@@ -434,3 +444,13 @@ def _by_name(name: str) -> ToolPolicy | None:
             return None
         whitespace = "collapse"
     return ToolPolicy(kind, whitespace=whitespace, source="name")
+
+
+# How many tool names' inferred policies are remembered (tool names come from the model, so
+# the memory is bounded; past it, the least recently used is inferred again when next met).
+INFERRED_TOOLS: Final = 1024
+
+# The reference's one cache of inferred policies: what a name says is the same for every
+# guard, so it is shared (a replay makes a guard per run, and a store restores one per
+# check; each would meet its tools anew). Its policies are never changed after they are made.
+policy_by_name: Final = functools.lru_cache(maxsize=INFERRED_TOOLS)(_named_policy)

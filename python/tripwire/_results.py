@@ -46,9 +46,36 @@ def _named(kind: Any, names: frozenset[str]) -> bool:
     ``names``: a str with those characters. Anything else (a JSON Schema's ``["string",
     "null"]``, a GraphQL ``{...}``, an object whose ``==`` raises or lies) names nothing:
     nothing a result holds can raise here, and a str subclass is read by its characters,
-    never by what its ``__eq__`` or ``__hash__`` says. The native guard's fast path
-    (``plain_result`` in ``py_guard.rs``) reads ``"type"`` the same way."""
+    never by what its ``__eq__`` or ``__hash__`` says."""
     return isinstance(kind, str) and str.__str__(kind) in names
+
+
+def _is_text_block(block: Any) -> bool:
+    """A content block whose text is the result (``{"type": "text", "text": ...}``)."""
+    return type(block) is dict and _named(block.get("type"), _TEXT_BLOCKS)
+
+
+def _starts_plain(text: str, starts: frozenset[str]) -> bool:
+    """Whether a text's first character is none of ``starts`` nor white space: read as it is,
+    without copying it to strip it (the common case)."""
+    first = text[:1]
+    return first not in starts and not first.isspace()
+
+
+def plain_result(result: Any) -> bool | None:
+    """Whether a result is one of the commonest kinds, that no envelope rule applies to, and
+    if so whether it is empty; ``None``: the full rules apply. Plain: a list that is no
+    content-block list (its first item is no text block), a text that can be neither JSON nor
+    an error's ("Error: ...", "<tool_use_error>"). ``observe`` runs once per tool call, and
+    this is its one short cut (``describe_result``); the native guard's twin,
+    ``plain_result`` in ``rust/py_guard.rs``, tests the same and is kept equal by the
+    backends' state machine."""
+    kind = type(result)
+    if kind is list:
+        return None if result and _is_text_block(result[0]) else not result
+    if kind is str and _starts_plain(result, _NOT_PLAIN_TEXT):
+        return False
+    return None
 
 
 _TOOL_RESULT: Final = frozenset({"tool_result"})
@@ -65,7 +92,7 @@ def content_value(raw: Any) -> Any:
     if type(raw) is list and raw:
         texts = []
         for block in raw:
-            if type(block) is not dict or not _named(block.get("type"), _TEXT_BLOCKS):
+            if not _is_text_block(block):
                 return raw
             text = block.get("text")
             if type(text) is not str:
@@ -73,9 +100,8 @@ def content_value(raw: Any) -> Any:
             texts.append(text)
         raw = "\n".join(texts)
     if type(raw) is str:
-        first = raw[:1]
-        if first not in _JSON_STARTS and not first.isspace():
-            return raw  # plain text (the common case), without copying it to strip it
+        if _starts_plain(raw, _JSON_STARTS):
+            return raw  # plain text
         text = raw.strip()
         if text[:1] in ("[", "{", '"') or text == "null":
             try:
@@ -234,23 +260,12 @@ def _describe(
     if error is None and (
         policy is None or not (policy.empty_answers or policy.empty_digests or volatile)
     ):
-        # The commonest results, short-cut (the same rules, none of the envelope checks
-        # applies): a list that is no content-block list, a text that can be neither JSON nor
-        # an error's ("Error: ...", "<tool_use_error>"). observe runs once per tool call.
-        kind = type(result)
-        plain = (
-            kind is list
-            and (
-                not result
-                or type(result[0]) is not dict
-                or not _named(result[0].get("type"), _TEXT_BLOCKS)
-            )
-        ) or (kind is str and result[:1] not in _NOT_PLAIN_TEXT and not result[:1].isspace())
-        if plain:
+        empty = plain_result(result)
+        if empty is not None:
             found = digest("result", result, key)
             if found is None:
                 return _UNKNOWN
-            return found, not result, False, False, None
+            return found, empty, False, False, None
     value, flagged = unwrap(result)
     if error is None or error is True:
         failed = flagged if flagged is not None else error is True

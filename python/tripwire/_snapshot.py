@@ -80,12 +80,19 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections import OrderedDict, deque
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tripwire import _keys
+from tripwire._call_ids import CALL_ID_MEMORY, CallIds, Remembered
+from tripwire._checks import check_limits
 from tripwire._keys import DEFAULT_VOLATILE_KEYS
+from tripwire._messages import Action, Detail, Reason
 from tripwire._policy import POLICIES, Policy, ToolPolicy, check_int
+from tripwire._results import digest
+from tripwire._state import CACHE_ENTRIES, COUNTED_CALLS, TRANSIENT_RETRIES, Entry
+from tripwire._verdict import Verdict, _verdict
 
 MAGIC: Final = b"TWGS"
 VERSION: Final = 1
@@ -207,8 +214,6 @@ class Config:
 def read_config(data: bytes) -> Config:
     """Parses and validates a snapshot's configuration; ``SnapshotError`` where it is not
     one that ``config_bytes`` could have written."""
-    from tripwire._guard import check_limits
-
     try:
         config = json.loads(bytes(data).decode("ascii"))
         if type(config) is not dict or sorted(config) != sorted(_CONFIG_FIELDS):
@@ -432,3 +437,281 @@ def unframe(data: object) -> tuple[int, bytes, Reader]:
     else:
         raise _fail(f"unknown kind {kind}")
     return kind, head, reader
+
+
+# -- the run state ------------------------------------------------------------------------
+
+
+class RunState(NamedTuple):
+    """A guard's run state, as a snapshot holds it (the guard's attributes of these names)."""
+
+    window: deque[Entry]
+    polls: OrderedDict[str, int]
+    retries: OrderedDict[str, int]
+    steps: int
+    turn: int
+    stopped: Verdict | None
+    call_ids: CallIds
+    cache: OrderedDict[str, Any]
+
+
+def write_state(state: RunState) -> bytes:
+    """A run state's bytes (``state`` in the format above)."""
+    out = Writer()
+    out.varint(state.steps)
+    out.varint(state.turn)
+    out.varint(len(state.window))
+    for entry in state.window:
+        out.key(entry.key)
+        out.text(entry.tool)
+        out.varint(entry.step)
+        out.varint(entry.turn)
+        flags = (
+            NUDGED * entry.nudged
+            | WRITES * entry.writes
+            | CHANGES * entry.changes
+            | HAS_RESULT * (entry.result is not None)
+            | EMPTY * entry.empty
+            | FAILED * entry.failed
+            | RETRY * entry.retry
+            | QUESTION * (entry.question is not None)
+        )
+        out.u8(flags)
+        if entry.result is not None:
+            out.key(entry.result)
+        if entry.failed:
+            out.text(entry.error or "")
+        if entry.question is not None:
+            for part in entry.question:
+                out.key(part)
+    out.u8(state.stopped is not None)
+    if state.stopped is not None:
+        _write_verdict(out, state.stopped)
+    out.varint(len(state.call_ids))
+    for call_id, remembered in state.call_ids.items():
+        out.text(call_id)
+        out.key(remembered.key)
+        out.u8(remembered.answered)
+        _write_verdict(out, remembered.verdict)
+    for counts in (state.polls, state.retries):
+        out.varint(len(counts))
+        for key, count in counts.items():
+            out.key(key)
+            out.varint(count)
+    cached = [(key, json_text(value)) for key, value in state.cache.items()]
+    kept = [(key, text) for key, text in cached if text is not None]
+    out.varint(len(kept))
+    for key, text in kept:
+        out.key(key)
+        out.raw(text)
+    return bytes(out.out)
+
+
+def read_state(reader: Reader, window_size: int, budget: int | None) -> RunState:
+    """A snapshot's run state, validated (its bounds and its consistency: the invariants
+    above), without changing anything. ``window_size`` and ``budget``: the guard's, which its
+    verdicts carry for their messages."""
+    steps = reader.varint()
+    turn = reader.varint(MAX_U32)
+    window: deque[Entry] = deque(maxlen=window_size)
+    errors: dict[str, str] = {}
+    previous_step, previous_turn = 0, 0
+    for _ in range(reader.count(window_size)):
+        entry = Entry(reader.key(), reader.text(), reader.varint(), False, "read", 0)
+        entry.turn = reader.varint(MAX_U32)
+        if not previous_step < entry.step <= steps:
+            raise _inconsistent("an entry's step is out of order or past the steps")
+        if not previous_turn <= entry.turn <= turn:
+            raise _inconsistent("an entry's turn is out of order or past the turn")
+        previous_step, previous_turn = entry.step, entry.turn
+        flags = reader.u8()
+        _check_flags(flags)
+        entry.nudged = bool(flags & NUDGED)
+        entry.writes = bool(flags & WRITES)
+        entry.changes = bool(flags & CHANGES)
+        entry.empty = bool(flags & EMPTY)
+        entry.failed = bool(flags & FAILED)
+        entry.retry = bool(flags & RETRY)
+        if flags & HAS_RESULT:
+            entry.result = reader.key()
+        if entry.failed:
+            assert entry.result is not None  # _check_flags
+            entry.error = reader.text()
+            if errors.setdefault(entry.result, entry.error) != entry.error:
+                raise _inconsistent("one digest, two errors")
+            if entry.result != digest("error", entry.error):
+                raise _inconsistent("an error text is not its digest's")
+        if flags & QUESTION:
+            entry.question = (reader.key(), reader.key())
+        window.append(entry)
+    stopped = _read_verdict(reader, window_size, budget) if reader.flag() else None
+    if stopped is not None and (stopped.action != "stop" or stopped.step > steps):
+        raise _inconsistent("the stop is not a stop of this run")
+    call_ids = CallIds()
+    for _ in range(reader.count(CALL_ID_MEMORY)):
+        call_id = reader.text()
+        key = reader.key()
+        answered = reader.flag()
+        remembered = Remembered(key, _read_verdict(reader, window_size, budget), answered)
+        if not call_ids.push_read(call_id, remembered):
+            raise _inconsistent("a call id twice")
+        if not 1 <= remembered.verdict.step <= steps:
+            raise _inconsistent("a call id's verdict is past the steps")
+    polls = _read_counts(reader, MAX_U32)
+    retries = _read_counts(reader, TRANSIENT_RETRIES)
+    cache: OrderedDict[str, Any] = OrderedDict()
+    for _ in range(reader.count(CACHE_ENTRIES)):
+        key = reader.key()
+        if key in cache:
+            raise _inconsistent("a cached key twice")
+        cache[key] = json_value(reader.raw())
+    if reader.pos != len(reader.data):
+        raise _inconsistent("bytes after the state")
+    return RunState(window, polls, retries, steps, turn, stopped, call_ids, cache)
+
+
+def _read_verdict(reader: Reader, window_size: int, budget: int | None) -> Verdict:
+    head = reader.u8()
+    if head & 3 == 3:
+        raise _fail("an unknown action")
+    action: Action = ACTIONS[head & 3]
+    reason: Reason | None = REASONS[head >> 2 & 3]
+    tool, key = reader.text(), reader.key()
+    repeats, step = reader.varint(MAX_U32), reader.varint()
+    cached = json_value(reader.raw()) if head & H_CACHED else None
+    call_id = reader.text() if head & H_CALL_ID else None
+    duplicate_of = reader.varint(MAX_U32) if head & H_DUPLICATE else None
+    invalid = reader.text() if head & H_INVALID else None
+    detail = _read_detail(reader, nested=False)
+    return _verdict(
+        action, reason, tool, key, repeats, step, cached, call_id, duplicate_of, invalid,
+        window_size, budget, detail,
+    )  # fmt: skip
+
+
+def _write_verdict(out: Writer, verdict: Verdict) -> None:
+    cached = None if verdict.cached is None else json_text(verdict.cached)
+    head = (
+        ACTIONS.index(verdict.action)
+        | REASONS.index(verdict.reason) << 2
+        | H_CACHED * (cached is not None)
+        | H_CALL_ID * (verdict.call_id is not None)
+        | H_DUPLICATE * (verdict.duplicate_of is not None)
+        | H_INVALID * (verdict.invalid_arguments is not None)
+    )
+    out.u8(head)
+    out.text(verdict.tool)
+    out.key(verdict.key)
+    out.varint(verdict.repeats)
+    out.varint(verdict.step)
+    if cached is not None:
+        out.raw(cached)
+    if verdict.call_id is not None:
+        out.text(verdict.call_id)
+    if verdict.duplicate_of is not None:
+        out.varint(verdict.duplicate_of)
+    if verdict.invalid_arguments is not None:
+        out.text(verdict.invalid_arguments)
+    _write_detail(out, verdict._detail)
+
+
+# Detail tags, by the first item of a Detail tuple (None: 0).
+_DETAIL_TAGS: Final = {"unchanged": 1, "failed": 2, "errors": 3, "empty": 4, "cycle": 5}
+
+
+def _write_detail(out: Writer, detail: Detail) -> None:
+    if detail is None:
+        out.u8(0)
+        return
+    kind = detail[0]
+    if kind == "poll":
+        out.u8(6)
+        out.varint(detail[1])
+    elif kind == "after":
+        out.u8(7)
+        out.text(detail[1])
+        out.varint(detail[2])
+        _write_detail(out, detail[3])
+    else:
+        out.u8(_DETAIL_TAGS[kind])
+        if kind == "failed":
+            out.text(detail[1])
+            out.varint(detail[2])
+        elif kind == "errors":
+            out.varint(detail[1])
+            out.text(detail[2])
+        elif kind == "empty":
+            out.varint(detail[1])
+            _write_names(out, detail[2])
+        elif kind == "cycle":
+            _write_names(out, detail[1])
+            out.u8(detail[2])
+
+
+def _write_names(out: Writer, names: tuple[str, ...]) -> None:
+    out.varint(len(names))
+    for name in names:
+        out.text(name)
+
+
+def _read_names(reader: Reader) -> tuple[str, ...]:
+    # Each name takes at least a byte: a count beyond what is left is corrupt.
+    return tuple(reader.text() for _ in range(reader.count(len(reader.data) - reader.pos)))
+
+
+def _read_detail(reader: Reader, nested: bool) -> Detail:
+    tag = reader.u8()
+    if tag == 0:
+        return None
+    if tag == 1:
+        return ("unchanged",)
+    if tag == 2:
+        return ("failed", reader.text(), reader.varint(MAX_U32))
+    if tag == 3:
+        return ("errors", reader.varint(MAX_U32), reader.text())
+    if tag == 4:
+        return ("empty", reader.varint(MAX_U32), _read_names(reader))
+    if tag == 5:
+        return ("cycle", _read_names(reader), reader.flag())
+    if tag == 6:
+        return ("poll", reader.varint(MAX_U32))
+    if tag == 7 and not nested:
+        return ("after", reader.text(), reader.varint(MAX_U32), _read_detail(reader, True))
+    raise _fail(f"detail tag {tag}")
+
+
+def _read_counts(reader: Reader, limit: int) -> OrderedDict[str, int]:
+    counts: OrderedDict[str, int] = OrderedDict()
+    for _ in range(reader.count(COUNTED_CALLS)):
+        key = reader.key()
+        if key in counts:
+            raise _inconsistent("a call counted twice")
+        count = reader.varint(limit)
+        if count == 0:
+            raise _inconsistent("a call counted 0 times")
+        counts[key] = count
+    return counts
+
+
+def _inconsistent(why: str) -> SnapshotError:
+    return _fail(why)
+
+
+def _check_flags(flags: int) -> None:
+    """An entry's flags, as the guard sets them (the invariants in the module docstring)."""
+    if flags & ~(NUDGED | WRITES | CHANGES | HAS_RESULT | EMPTY | FAILED | RETRY | QUESTION):
+        raise _inconsistent(f"entry flags {flags:#x}")
+    observed = EMPTY | FAILED | RETRY | HAS_RESULT
+    if flags & NUDGED and flags & (WRITES | CHANGES | observed):
+        raise _inconsistent(f"a nudged call that ran (entry flags {flags:#x})")
+    if flags & WRITES and not flags & CHANGES:
+        raise _inconsistent(f"a write that changes nothing (entry flags {flags:#x})")
+    if flags & (EMPTY | FAILED) and not flags & HAS_RESULT:
+        raise _inconsistent(f"a result without digest (entry flags {flags:#x})")
+    if flags & EMPTY and flags & FAILED:
+        raise _inconsistent(f"a failure that came back empty (entry flags {flags:#x})")
+    if flags & RETRY and not flags & FAILED:
+        raise _inconsistent(f"a retry of a call that did not fail (entry flags {flags:#x})")
+    marked = flags & EMPTY or flags & (FAILED | RETRY) == FAILED
+    if flags & QUESTION and flags & HAS_RESULT and not marked:
+        raise _inconsistent(f"a question kept for a plain result (entry flags {flags:#x})")

@@ -52,10 +52,8 @@ import logging
 import math
 import os
 import random
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 try:
@@ -70,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     ) from exc
 
 import tripwire
-from tripwire._guard import REENTERED
+from tripwire._locking import ChangeLock
 from tripwire._snapshot import SnapshotError
 
 __all__ = (
@@ -408,19 +406,7 @@ class RedisGuard(_Base):
         # The local guard and what this worker saw are one thread's at a time. Re-entrant,
         # with a flag: a signal handler (or gc callback) that uses the guard in the middle of
         # a call on the same thread gets a clear RuntimeError, not a deadlock on itself.
-        self._rlock = threading.RLock()
-        self._busy = False
-
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        with self._rlock:
-            if self._busy:
-                raise RuntimeError(REENTERED)
-            self._busy = True
-            try:
-                yield
-            finally:
-                self._busy = False
+        self._lock = ChangeLock().change
 
     def _run(self, op: Callable[[Any], T], fallback: Callable[[str], T]) -> T:
         with self._lock():
