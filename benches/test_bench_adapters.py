@@ -75,7 +75,7 @@ def adapter(guard: Any) -> list[dict[str, Any]]:
     for completion in COMPLETIONS:
         turn = chat_turn(guard, completion)
         for call in turn.to_run:
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         messages += turn.tool_messages()
     return messages
 

@@ -242,7 +242,7 @@ def test_stop_latches_until_reset(tw: ModuleType) -> None:
 def test_reset_forgets_call_ids_and_cache(tw: ModuleType) -> None:
     guard = tw.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
     first = guard.check("get_logs", {"service": "checkout"}, call_id="call_1")
-    guard.record(first, ["cached line"])
+    guard.keep(first, ["cached line"])
     guard.reset()
     retried = guard.check("get_logs", {"service": "checkout"}, call_id="call_1")
     assert retried.step == 1, "a call id from before the reset is a new call"
@@ -473,7 +473,7 @@ def test_read_result_is_served_from_the_cache(cache_guard: Any) -> None:
     first = guard.check("get_logs", get_logs_args(4))
     assert first.cached is None
     result = [{"level": "error", "line": "timeout"}]
-    guard.record(first, result)
+    guard.keep(first, result)
     again = guard.check("get_logs", get_logs_args(5))
     assert again.action == "allow"
     assert again.cached is result
@@ -484,7 +484,7 @@ def test_read_result_is_served_from_the_cache(cache_guard: Any) -> None:
 def test_write_volatile_and_unknown_are_never_cached(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
     first = guard.check(tool, {"id": 1})
-    guard.record(first, "result")
+    guard.keep(first, "result")
     again = guard.check(tool, {"id": 1})
     assert again.action == "allow"
     assert again.cached is None
@@ -493,7 +493,7 @@ def test_write_volatile_and_unknown_are_never_cached(cache_guard: Any, tool: str
 @pytest.mark.parametrize("tool", ["issue_refund", "unknown_tool"])
 def test_a_call_that_may_write_clears_cached_reads(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
-    guard.record(guard.check("get_logs", {"service": "checkout"}), ["old"])
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), ["old"])
     guard.check(tool, {"order": 1})
     assert guard.check("get_logs", {"service": "checkout"}).cached is None
 
@@ -502,14 +502,14 @@ def test_a_call_that_may_write_clears_cached_reads(cache_guard: Any, tool: str) 
 def test_reads_do_not_clear_cached_reads(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
     result = ["kept"]
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     guard.check(tool, {"other": 1})
     assert guard.check("get_logs", {"service": "checkout"}).cached is result
 
 
-def test_record_of_none_is_not_stored(tw: ModuleType) -> None:
+def test_keep_of_none_is_not_stored(tw: ModuleType) -> None:
     guard = tw.Guard(window=2, tools=TOOLS)
-    guard.record(guard.check("get_logs", {"service": "checkout"}), None)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), None)
     guard.check("build_status", {"n": 1})
     guard.check("build_status", {"n": 2})
     later = guard.check("get_logs", {"service": "checkout"})
@@ -517,13 +517,13 @@ def test_record_of_none_is_not_stored(tw: ModuleType) -> None:
     assert later.cached is None
 
 
-def test_record_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
+def test_keep_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
     guard = tw.Guard(window=2, tools=TOOLS)
     guard.check("get_logs", {"service": "checkout"})
     nudge = guard.check("get_logs", {"service": "checkout"})
     assert nudge.action == "nudge"
     assert nudge.cached is None
-    guard.record(nudge, ["from a nudge"])
+    guard.keep(nudge, ["from a nudge"])
     guard.check("build_status", {"n": 1})
     guard.check("build_status", {"n": 2})
     later = guard.check("get_logs", {"service": "checkout"})
@@ -531,10 +531,10 @@ def test_record_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
     assert later.cached is None
 
 
-def test_record_of_a_stop_is_ignored(tw: ModuleType) -> None:
+def test_keep_of_a_stop_is_ignored(tw: ModuleType) -> None:
     guard = tw.Guard(tools=TOOLS)
     stop = [guard.check("get_logs", {}) for _ in range(3)][-1]
-    guard.record(stop, ["from a stop"])
+    guard.keep(stop, ["from a stop"])
     guard.reset()
     guard.check("get_logs", {})
     assert guard.check_turn([("get_logs", {})] * 2)[0].cached is None
@@ -544,7 +544,7 @@ def test_nudged_write_does_not_clear_cached_reads(tw: ModuleType) -> None:
     guard = tw.Guard(window=3, nudge_at=2, stop_at=3, tools=TOOLS)
     result = ["kept"]
     guard.check("issue_refund", {"order": 1})
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     assert guard.check("issue_refund", {"order": 1}).action == "nudge"
     # Push get_logs out of the window with calls that do not clear the cache.
     guard.check("build_status", {"n": 1})
@@ -557,39 +557,57 @@ def test_nudged_write_does_not_clear_cached_reads(tw: ModuleType) -> None:
 def test_duplicate_in_a_turn_carries_the_cached_result(cache_guard: Any) -> None:
     guard = cache_guard
     result = ["cached"]
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     verdicts = guard.check_turn([("get_logs", {"service": "checkout"})] * 2)
     assert [v.cached for v in verdicts] == [result, result]
     assert verdicts[1].cached is result
 
 
-def test_record_takes_a_verdict(tw: ModuleType) -> None:
+def test_keep_takes_a_verdict(tw: ModuleType) -> None:
     guard = tw.Guard(tools=TOOLS)
-    with pytest.raises(TypeError, match="record\\(\\) takes a Verdict"):
-        guard.record({"action": "allow"}, ["x"])
+    with pytest.raises(TypeError, match="keep\\(\\) takes a Verdict"):
+        guard.keep({"action": "allow"}, ["x"])
 
 
 def test_cache_is_bounded(tw: ModuleType) -> None:
     entries = 1024  # CACHE_ENTRIES in both backends
     guard = tw.Guard(tools=TOOLS)
     for i in range(entries + 1):
-        guard.record(guard.check("get_logs", {"page": i}), i)
+        guard.keep(guard.check("get_logs", {"page": i}), i)
     # Page 0 was the oldest entry: evicted. Page 1 is still there.
     assert guard.check("get_logs", {"page": 0}).cached is None
     assert guard.check("get_logs", {"page": 1}).cached == 1
 
 
-def test_record_refreshes_an_entry(tw: ModuleType) -> None:
+def test_keep_refreshes_an_entry(tw: ModuleType) -> None:
     entries = 1024
     guard = tw.Guard(tools=TOOLS)
     first = guard.check("get_logs", {"page": 0})
-    guard.record(first, "old")
+    guard.keep(first, "old")
     for i in range(1, entries):
-        guard.record(guard.check("get_logs", {"page": i}), i)
-    guard.record(first, "new")  # page 0 becomes the newest entry
-    guard.record(guard.check("get_logs", {"page": entries}), entries)
+        guard.keep(guard.check("get_logs", {"page": i}), i)
+    guard.keep(first, "new")  # page 0 becomes the newest entry
+    guard.keep(guard.check("get_logs", {"page": entries}), entries)
     assert guard.check("get_logs", {"page": 0}).cached == "new"
     assert guard.check("get_logs", {"page": 1}).cached is None
+
+
+def test_record_is_keep_under_its_old_name(tw: ModuleType) -> None:
+    """``Guard.record`` was ``keep``'s name: it still keeps, with a DeprecationWarning whose
+    text is the reference's on both backends."""
+    guard = tw.Guard(tools=TOOLS)
+    verdict = guard.check("get_logs", {"service": "checkout"})
+    guard.observe(verdict, ["kept"])
+    with pytest.warns(DeprecationWarning) as warned:
+        guard.record(verdict, ["kept"])
+    assert [str(w.message) for w in warned] == [
+        "Guard.record() is deprecated: use Guard.keep(), which does the same"
+    ]
+    assert warned[0].filename == __file__  # the caller's line, not tripwire's
+    guard.user_message()
+    assert guard.check("get_logs", {"service": "checkout"}).cached == ["kept"]
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError):
+        guard.record({"action": "allow"}, ["x"])
 
 
 # -- configuration --------------------------------------------------------------------------
@@ -716,7 +734,7 @@ def test_data_arguments_are_positional_only(tw: ModuleType) -> None:
         guard.check_turn(calls=[("a", {})])
     verdict = guard.check("get_logs", {})
     with pytest.raises(TypeError):
-        guard.record(verdict=verdict, result=["x"])
+        guard.keep(verdict=verdict, result=["x"])
     assert guard.steps == 1
 
 
@@ -826,7 +844,7 @@ def test_verdict_repr(tw: ModuleType) -> None:
     assert repr(first) == (
         f"Verdict(action='allow', tool='get_logs', key='{key}', repeats=1, step=1)"
     )
-    guard.record(first, ["line"])
+    guard.keep(first, ["line"])
     turn = guard.check_turn([("get_logs", {"service": "checkout"})] * 2)
     assert repr(turn[1]) == (
         f"Verdict(action='allow', duplicate_of=0, cached=..., tool='get_logs', key='{key}', "
@@ -932,7 +950,7 @@ BAD_CALLS = [
         id="turn-too-deep",
     ),
     pytest.param(lambda g: g.check_turn(5), TypeError, id="turn-not-iterable"),
-    pytest.param(lambda g: g.record("verdict", ["x"]), TypeError, id="record-not-a-verdict"),
+    pytest.param(lambda g: g.keep("verdict", ["x"]), TypeError, id="keep-not-a-verdict"),
 ]
 
 
@@ -953,7 +971,7 @@ def test_failed_check_changes_nothing(tw: ModuleType, bad: Any, error: type) -> 
     # list_services is an unknown tool: an allowed call clears the cache, so it goes first.
     remembered = guard.check("list_services", {}, call_id="c1")
     guard.check("build_status", {"build": 7})
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     before = state(guard)
     text = repr(guard)
 

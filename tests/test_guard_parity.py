@@ -244,7 +244,7 @@ BAD_CALLS: dict[str, Any] = {
     "turn-bad-call-id": lambda g: g.check_turn([("deploy", {"v": 1}), ("get_logs", {}, 1.5)]),
     "turn-str": lambda g: g.check_turn([("deploy", {"v": 1}), "get_logs"]),
     "turn-too-deep": lambda g: g.check_turn([("deploy", {}), ("status", deep_args())]),
-    "record-not-a-verdict": lambda g: g.record({"action": "allow"}, ["x"]),
+    "keep-not-a-verdict": lambda g: g.keep({"action": "allow"}, ["x"]),
     "observe-not-a-verdict": lambda g: g.observe({"action": "allow"}, ["x"]),
     "observe-none": lambda g: g.observe(None, []),
     "policy-of-int": lambda g: g.policy_of(3),
@@ -346,8 +346,8 @@ class GuardParity(RuleBasedStateMachine):
     def record_and_read_again(self, result: Any, changes: frozenset[str]) -> None:
         """What a harness does: dispatch, record the result, and later the same call."""
         native, reference = self.pairs[-1]
-        self.native.record(native, result)
-        self.reference.record(reference, result)
+        self.native.keep(native, result)
+        self.reference.keep(reference, result)
         name, args = self.last_call()
         args = respell(args, changes, 0) if isinstance(args, dict) else args
         native, reference = self.both(lambda g: g.check(name, args))
@@ -377,8 +377,8 @@ class GuardParity(RuleBasedStateMachine):
         last = len(self.pairs) - 1
         index = data.draw(st.integers(max(0, last - 3), last) | st.integers(0, last))
         native, reference = self.pairs[index]
-        self.native.record(native, result)
-        self.reference.record(reference, result)
+        self.native.keep(native, result)
+        self.reference.keep(reference, result)
 
     @precondition(lambda self: self.pairs)
     @rule(data=st.data(), result=st.sampled_from(OBSERVED))

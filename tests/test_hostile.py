@@ -267,7 +267,7 @@ class Primed:
         guard = module.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
         for args, result in zip((PAGE_1, PAGE_2), self.results, strict=True):
             verdict = guard.check("get_logs", args)
-            guard.record(verdict, result)
+            guard.keep(verdict, result)
             guard.observe(verdict, result)
         return guard
 
@@ -972,7 +972,7 @@ def test_str_subclass_names_and_call_ids_backends_agree(name: str, call_id: str 
     result = ["a cached read"]
     for module in (NATIVE, REFERENCE):
         guard = module.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
-        guard.record(guard.check("get_logs", PAGE_1, call_id="c1"), result)
+        guard.keep(guard.check("get_logs", PAGE_1, call_id="c1"), result)
         got = outcome(guard.check, name, PAGE_2, call_id=call_id)
         # A read of get_logs again: served from the cache unless the call above was taken
         # for a call to a tool that may change the world.

@@ -958,10 +958,11 @@ def test_events_field_aliases_and_custom_tools(tmp_path: Path) -> None:
     ),
     as_document=st.booleans(),
 )
-def test_no_input_raises(
+def test_any_input_gets_a_report_whose_counts_add_up(
     tmp_path_factory: pytest.TempPathFactory, lines: list[str], as_document: bool
 ) -> None:
-    """Whatever the file holds, the replay reports and never raises."""
+    """Whatever the file holds, the replay reports and never raises; the report is the same
+    for the same input, and its totals are the sums of its parts."""
     path = tmp_path_factory.mktemp("fuzz") / "trace"
     if as_document:
         text = "[\n" + ",\n".join(line for line in lines if _is_json(line)) + "\n]\n"
@@ -969,8 +970,41 @@ def test_no_input_raises(
         text = "\n".join(lines) + "\n"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     report = replay([str(path)])
-    to_json(report)
-    render(report)
+    data = to_json(report)
+    # The same input twice: the same report, in data and as text.
+    again = replay([str(path)])
+    assert to_json(again) == data
+    assert render(again) == render(report)
+
+    (file,) = data["files"]
+    runs, summary = data["runs"], data["summary"]
+    if not as_document:
+        assert file["lines"] == text.count("\n")
+    # Every problem is counted in its file's count; the listed ones are some of them.
+    assert data["problems_total"] == file["problems"] >= len(data["problems"])
+    assert summary["runs"] == len(runs) == file["runs"]
+    for name in ("steps", "steps_saved", "model_calls", "model_calls_saved", "results"):
+        assert summary[name] == sum(run[name] for run in runs), name
+    stopped = [run for run in runs if run["stop_step"] is not None]
+    nudged = [run for run in runs if run["nudges"] > 0]
+    assert summary["stopped"] == len(stopped) == sum(summary["reasons"].values())
+    assert summary["stopped"] == sum(tool["stops"] for tool in data["tools"])
+    assert summary["nudged"] == len(nudged)
+    assert summary["nudged_only"] == len([run for run in nudged if run["stop_step"] is None])
+    assert sum(tool["nudges"] for tool in data["tools"]) == sum(run["nudges"] for run in runs)
+    for run in runs:
+        # A verdict per step: nudges and the stop are steps of the run.
+        assert 0 <= run["nudges"] <= run["steps"]
+        assert (run["nudge_step"] is None) == (run["nudges"] == 0)
+        if run["nudge_step"] is not None:
+            assert 1 <= run["nudge_step"] <= run["steps"]
+        if run["stop_step"] is None:
+            assert (run["reason"], run["tool"], run["steps_saved"]) == (None, None, 0)
+        else:
+            assert 1 <= run["stop_step"] <= run["steps"]
+            # The stopped call and every one after it were saved.
+            assert run["steps_saved"] == run["steps"] - run["stop_step"] + 1
+            assert run["reason"] in summary["reasons"]
 
 
 # A JSON integer longer than Python converts to an int (4,300 digits by default).

@@ -69,6 +69,7 @@ observed or a snapshot is taken): the check's fast path never computes one.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -139,6 +140,9 @@ __all__ = ("DEFAULT_MAX_POLLS", "POLICIES", "Action", "Guard", "Policy", "Reason
 CALL_ID_MEMORY: Final = 128
 # How many read results a guard keeps for ``Verdict.cached``; the oldest go first.
 CACHE_ENTRIES: Final = 1024
+# ``Guard.record`` was ``keep``'s name (it never recorded a call): kept for a while, warned.
+# The native guard writes the same text (tests/test_guard.py checks they agree).
+DEPRECATED_RECORD: Final = "Guard.record() is deprecated: use Guard.keep(), which does the same"
 # How many transient failures of one call a run may retry before they count as repeats.
 TRANSIENT_RETRIES: Final = 3
 # How many distinct calls' poll counts, and how many distinct calls' transient-retry counts,
@@ -1072,13 +1076,13 @@ class Guard:
 
     # -- results --------------------------------------------------------------------------
 
-    def record(self, verdict: Verdict, result: Any, /) -> None:
-        """Remembers the result of an allowed call to a tool declared ``read``, so a later
-        allowed check of the same call carries it in ``Verdict.cached``. Other tools
-        (inferred reads too: whether a read outlives the run is for its author to say):
-        nothing."""
+    def keep(self, verdict: Verdict, result: Any, /) -> None:
+        """Keeps the result of an allowed call to a tool declared ``read`` in the run's read
+        cache, so a later allowed check of the same call carries it in ``Verdict.cached``
+        (to serve instead of running the tool). Other tools (inferred reads too: whether a
+        read outlives the run is for its author to say): nothing."""
         if not isinstance(verdict, Verdict):
-            raise TypeError(f"record() takes a Verdict, not {type(verdict).__name__}")
+            raise TypeError(f"keep() takes a Verdict, not {type(verdict).__name__}")
         policy = self._tools.get(verdict.tool)
         if verdict.action != "allow" or result is None or policy is None or policy.kind != "read":
             return
@@ -1088,6 +1092,11 @@ class Guard:
             self._cache.move_to_end(verdict.key)
             if len(self._cache) > CACHE_ENTRIES:
                 self._released.append(self._cache.popitem(last=False))
+
+    def record(self, verdict: Verdict, result: Any, /) -> None:
+        """Deprecated: ``keep``, under its old name."""
+        warnings.warn(DEPRECATED_RECORD, DeprecationWarning, stacklevel=2)
+        self.keep(verdict, result)
 
     def observe(
         self,

@@ -64,7 +64,7 @@ from agents.tool import default_tool_error_function
 
 import tripwire
 from tripwire.adapters._turn import as_text
-from tripwire.telemetry import record, record_turn
+from tripwire.telemetry import emit, emit_turn
 
 __all__ = ("GUARDRAIL_NAME", "AgentGuard", "guard_agent", "stop_of")
 
@@ -192,7 +192,7 @@ class AgentGuard:
         if not calls:
             return []
         verdicts: list[tripwire.Verdict] = run.guard.check_turn(calls)
-        record_turn(verdicts)
+        emit_turn(verdicts)
         loop = asyncio.get_running_loop()
         for (_, _, call_id), verdict in zip(calls, verdicts, strict=True):
             run.verdicts[call_id] = verdict
@@ -215,7 +215,7 @@ class AgentGuard:
             verdict = run.guard.check_json(
                 context.tool_name, context.tool_arguments, call_id=call_id
             )
-            record(verdict)
+            emit(verdict)
         if verdict.action == "stop":
             return ToolGuardrailFunctionOutput.raise_exception(output_info=verdict)
         if verdict.action == "nudge":

@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 import tripwire
-from tripwire.telemetry import record_turn
+from tripwire.telemetry import emit_turn
 
 __all__ = ("LoopGuardMiddleware", "LoopGuardState")
 
@@ -93,7 +93,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         # LangChain's ToolCall types its id Optional; a model's tool calls always have one.
         calls: list[Any] = message.tool_calls
         verdicts = guard.check_turn([(call["name"], call["args"], call["id"]) for call in calls])
-        record_turn(verdicts)
+        emit_turn(verdicts)
         stop = next((verdict for verdict in verdicts if verdict.action == "stop"), None)
         if stop is not None:
             answers: list[Any] = [
