@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK adapter (issue 20) with the SDK's own runner, tools and types.
+"""The OpenAI Agents SDK adapter with the SDK's own runner, tools and types.
 
 No network: the SDK's own test double, ``agents.testing.ScriptedModel``, plays the model (one
 scripted response per model call), and ``Runner.run`` does everything else as in production:

@@ -1,4 +1,4 @@
-"""The LangChain adapter (issue 20) with LangChain v1's ``create_agent`` and LangGraph.
+"""The LangChain adapter with LangChain v1's ``create_agent`` and LangGraph.
 
 No network: the model is LangChain's own fake chat model (``GenericFakeChatModel``) playing a
 script of ``AIMessage``s, with the one method an agent needs that it lacks, ``bind_tools``;

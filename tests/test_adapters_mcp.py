@@ -1,4 +1,4 @@
-"""The MCP adapter (issue 20) with the SDK's own server, client session and types.
+"""The MCP adapter with the SDK's own server, client session and types.
 
 No network: an ``MCPServer`` with annotated tools runs in-process, reached through the
 SDK's memory streams (``mcp.Client(server)``, whose ``session`` is a real

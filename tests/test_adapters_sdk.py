@@ -1,4 +1,4 @@
-"""The OpenAI and Anthropic adapters (issue 19) with the SDKs' own clients and types.
+"""The OpenAI and Anthropic adapters with the SDKs' own clients and types.
 
 No network: each client gets an HTTP transport of the SDK's own HTTP library (``httpx2``'s
 ``MockTransport``) that plays a scripted model and, like the real APIs, rejects with a 400 a

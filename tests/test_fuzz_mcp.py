@@ -1,4 +1,4 @@
-"""``tripwire fuzz mcp`` against real MCP servers from PyPI (issue 30): ``mcp-server-time``
+"""``tripwire fuzz mcp`` against real MCP servers from PyPI: ``mcp-server-time``
 and ``mcp-server-git`` (the ``fuzz-servers`` extra, installed by ``.ci/run``), and a small
 server of our own that hangs and crashes. The policies it writes are read by ``Guard`` and
 ``tripwire replay --tools``; with them the guard of both backends stops a loop on

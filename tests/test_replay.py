@@ -19,6 +19,7 @@ from _traces import (
     codex_edit_undo,
     edit_undo_events,
     fruitless_search_responses,
+    run_calls,
     write_doc,
 )
 from hypothesis import HealthCheck, given, settings
@@ -500,10 +501,16 @@ def test_example_input_grows_every_step() -> None:
 
 
 def test_prices_are_configurable() -> None:
+    """$1 in and $5 out per million tokens: the example's usage figures (summed here from
+    the file) are 834,821 tokens in and 11,706 out, so $0.834821 + $0.058530."""
+    rows = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+    usage = [row["usage"] for row in rows if "usage" in row]
+    tokens = (sum(u["input_tokens"] for u in usage), sum(u["output_tokens"] for u in usage))
+    assert tokens == (834_821, 11_706)
     settings = Settings(prices=Prices(input=1.0, output=5.0))
     run = one(replay([str(EXAMPLE)], settings))
-    tokens_in = run.input_tokens
-    assert run.cost == pytest.approx((tokens_in * 1.0 + run.output_tokens * 5.0) / 1e6)
+    assert (run.input_tokens, run.output_tokens) == tokens
+    assert run.cost == pytest.approx(0.893351)
 
 
 # -- each format ----------------------------------------------------------------------------
@@ -1086,26 +1093,21 @@ def test_replay_reads_what_the_trace_says(
     assert report.problems_total == 0
     run = one(report)
 
-    guard = Settings().guard()
-    nudges: list[int] = []
-    stop: tripwire.Verdict | None = None
-    results = 0
+    script: list[dict[str, Any]] = []
     for tool, args_text, result_text in calls:
+        call: dict[str, Any] = {"tool": tool}
         if chat:
-            verdict = guard.check_json(tool, args_text)
+            call["text"] = args_text
         else:
             args = json.loads(args_text, parse_int=_long_int)
             args = {} if args is None else args
-            is_text = type(args) is str
-            verdict = guard.check_json(tool, args) if is_text else guard.check(tool, args)
-        if verdict.action == "stop":
-            stop = verdict
-            break
-        results += 1
-        if verdict.action == "nudge":
-            nudges.append(verdict.step)
-        else:
-            guard.observe(verdict, content_value(json.loads(result_text, parse_int=_long_int)))
+            call["text" if type(args) is str else "args"] = args
+        call["result"] = content_value(json.loads(result_text, parse_int=_long_int))
+        script.append(call)
+    verdicts = run_calls(Settings().guard(), script)
+    stop = verdicts[-1] if verdicts[-1].action == "stop" else None
+    nudges = [verdict.step for verdict in verdicts if verdict.action == "nudge"]
+    results = len(verdicts) - (stop is not None)
     assert (run.nudges, run.nudge_step) == (len(nudges), nudges[0] if nudges else None)
     assert (run.stop_step, run.reason, run.tool) == (
         (stop.step, stop.reason, stop.tool) if stop else (None, None, None)

@@ -1,5 +1,5 @@
 """``volatile_result_keys``: result fields that change between identical calls (a fetch
-time, a request id), dropped before ``observe`` compares results (issue 30).
+time, a request id), dropped before ``observe`` compares results.
 
 Without the setting a tool whose every answer carries the current time looks like progress
 to ``observe``: the same call repeated with nothing between is never stopped. Every test

@@ -1,4 +1,4 @@
-"""Guard state as data (issue 18): snapshots, restores, loads and pickling, on both backends.
+"""Guard state as data: snapshots, restores, loads and pickling, on both backends.
 
 That a restored guard goes on giving the uninterrupted one's verdicts, across backends, is the
 parity state machine's ``restore_from_the_other`` rule; here: the API's edges, and fuzzing
