@@ -109,6 +109,29 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
     assert not final.tool_calls
 
 
+def test_a_kept_read_is_served_without_running_it(tw: ModuleType) -> None:
+    """get_metrics declared ``read``: its result is kept, and the same call again (allowed:
+    nudge_at=3), a copy of it in the same turn too, is answered from the guard without
+    running the tool."""
+    ran: list[Any] = []
+    metrics = {"service": "checkout", "metric": "p99"}
+    model = script(
+        [("a", "get_metrics", metrics)],
+        [("b", "get_metrics", metrics), ("c", "get_metrics", metrics)],
+        "p99 is 812 ms.",
+    )
+    middleware = LoopGuardMiddleware(
+        make_guard=lambda: tw.Guard(tools={"get_metrics": "read"}, nudge_at=3, stop_at=4)
+    )
+    agent = create_agent(model, triage_tools(ran), middleware=[middleware])
+    messages = agent.invoke(ask())["messages"]
+    assert ran == [("get_metrics", "checkout")]
+    sent = answers(messages)
+    assert [sent[i].content for i in "abc"] == ["p99=812ms"] * 3
+    assert sent["b"].status == sent["c"].status == "success"
+    assert messages[-1].content == "p99 is 812 ms."
+
+
 def checkpointed(tw: ModuleType, model: Any, ran: list[Any], **kwargs: Any) -> Any:
     """An agent, and the config of a thread of its own checkpointer (the guard is in the
     thread's state, which ``invoke`` does not return: it is the middleware's private)."""
