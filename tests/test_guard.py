@@ -459,7 +459,7 @@ def test_check_turn_after_single_checks(tw: ModuleType) -> None:
     ]
 
 
-# -- record and cached ----------------------------------------------------------------------
+# -- keep and cached ------------------------------------------------------------------------
 
 
 @pytest.fixture

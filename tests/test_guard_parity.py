@@ -172,7 +172,7 @@ turn_calls = st.lists(
     max_size=5,
 )
 
-# Results to record; the same object goes to both guards, so ``cached`` can be compared
+# Results to keep; the same object goes to both guards, so ``cached`` can be compared
 # by identity.
 RESULTS: tuple[Any, ...] = (None, [], ["error: timeout"], {"rows": 3}, "ok", 0, False)
 
@@ -301,7 +301,7 @@ class GuardParity(RuleBasedStateMachine):
         super().__init__()
         self.native: Any = None
         self.reference: Any = None
-        # Every verdict pair so far, to record results against, with the call it answered
+        # Every verdict pair so far, to keep and observe results against, with the call it answered
         # (None for JSON text).
         self.pairs: list[tuple[Any, Any]] = []
         self.calls: list[tuple[str, Any] | None] = []
@@ -382,8 +382,8 @@ class GuardParity(RuleBasedStateMachine):
 
     @precondition(lambda self: self.pairs)
     @rule(result=st.sampled_from(RESULTS[1:]), changes=st.frozensets(st.sampled_from(RESPELLINGS)))
-    def record_and_read_again(self, result: Any, changes: frozenset[str]) -> None:
-        """What a harness does: dispatch, record the result, and later the same call."""
+    def keep_and_read_again(self, result: Any, changes: frozenset[str]) -> None:
+        """What a harness does: dispatch, keep the result, and later the same call."""
         native, reference = self.pairs[-1]
         self.native.keep(native, result)
         self.reference.keep(reference, result)
@@ -411,7 +411,7 @@ class GuardParity(RuleBasedStateMachine):
 
     @precondition(lambda self: self.pairs)
     @rule(data=st.data(), result=st.sampled_from(RESULTS))
-    def record(self, data: st.DataObject, result: Any) -> None:
+    def keep(self, data: st.DataObject, result: Any) -> None:
         # Mostly one of the latest verdicts, as a harness would.
         last = len(self.pairs) - 1
         index = data.draw(st.integers(max(0, last - 3), last) | st.integers(0, last))
