@@ -180,12 +180,12 @@ class Turn:
         ``answers``."""
         index = call.index if isinstance(call, ToolCall) else self._index(call)
         verdict = self.calls[index].verdict
-        if (
-            verdict.action != "allow"
-            or verdict.duplicate_of is not None
-            or verdict.cached is not None
-        ):
+        if verdict.action != "allow" or verdict.duplicate_of is not None:
             raise ValueError(f"call {self.calls[index].id!r} was not to run ({verdict.action})")
+        if verdict.cached is not None:
+            raise ValueError(
+                f"call {self.calls[index].id!r} was not to run (served from the guard's read cache)"
+            )
         if error is None and transient is None:  # the common case, without keywords
             self.guard.observe(verdict, result)
         else:
