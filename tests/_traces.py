@@ -14,9 +14,10 @@ def run_calls(guard: Any, calls: Iterable[Mapping[str, Any]], *, observe: bool =
     """What a harness does with a scripted run: check each call (``args`` as values, or
     ``text``, JSON text, through ``check_json``; ``call_id`` if given), stop at a stop, and
     tell the guard the result of each allowed call (``result``, with ``error`` and
-    ``transient`` where given; a call with neither ``result`` nor ``error`` never came
-    back). ``observe=False``: the hash-only harness, which tells nothing. Returns the
-    verdicts, the stop included."""
+    ``transient`` where given, or what ``run()`` returns: a tool run only when allowed; a
+    call with none of them never came back). ``calls`` may be a generator, resumed only
+    after the previous call was dealt with. ``observe=False``: the hash-only harness, which
+    tells nothing. Returns the verdicts, the stop included."""
     verdicts = []
     for call in calls:
         call_id = call.get("call_id")
@@ -29,7 +30,9 @@ def run_calls(guard: Any, calls: Iterable[Mapping[str, Any]], *, observe: bool =
             break
         if not observe or verdict.action != "allow":
             continue
-        if "result" in call or "error" in call:
+        if "run" in call:
+            guard.observe(verdict, call["run"]())
+        elif "result" in call or "error" in call:
             guard.observe(
                 verdict,
                 call.get("result"),
