@@ -8,7 +8,7 @@ itself allocates nothing that stays:
   before (nudges, and stops that latch until the next ``reset``);
 - every 4th call by ``check_json`` (every 50th of those with invalid JSON text);
 - a ``call_id`` on every 10th call, from a pool of 256 (the guard remembers 128);
-- ``observe`` of every allowed verdict, and ``record`` of results for the read tool;
+- ``observe`` of every allowed verdict, and ``keep`` of results for the read tool;
 - a ``check_turn`` of three calls every 100th call; a failing check (TypeError, an
   unserialisable argument) every 1,000th; ``reset`` every 1,000th.
 
@@ -70,11 +70,11 @@ def workload() -> tuple[Any, Any]:
     ]
     turn = [("get_logs", args[0]), ("get_logs", args[0]), ("search", {"q": "refund policy"})]
     unserialisable = {"payload": {1, 2, 3}}
-    check, check_json, observe, record = (
+    check, check_json, observe, keep = (
         guard.check,
         guard.check_json,
         guard.observe,
-        guard.record,
+        guard.keep,
     )
 
     def run(start: int, n: int) -> int:
@@ -94,7 +94,7 @@ def workload() -> tuple[Any, Any]:
             if verdict.action == "allow":
                 result = results[i % 5]
                 observe(verdict, result)
-                record(verdict, result)
+                keep(verdict, result)
             if i % 100 == 0:
                 done += len(guard.check_turn(turn))
             if i % 1_000 == 0:

@@ -40,9 +40,12 @@ from types import ModuleType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The harness loop the tests use (tests/_traces.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import _timing
 import tripwire.reference as reference
+from _traces import run_calls
 from payloads import ONE_KB, SEED
 
 try:
@@ -75,16 +78,7 @@ def baseline_tools(tools: dict[str, Any]) -> dict[str, str]:
 
 def replay(module: ModuleType, scenario: dict[str, Any], *, progress: bool) -> list[Any]:
     tools = scenario["tools"] if progress else baseline_tools(scenario["tools"])
-    guard = module.Guard(tools=tools)
-    verdicts = []
-    for step in scenario["steps"]:
-        verdict = guard.check(step["tool"], step["args"])
-        verdicts.append(verdict)
-        if verdict.action == "stop":
-            break
-        if verdict.action == "allow" and progress:
-            guard.observe(verdict, step["result"])
-    return verdicts
+    return run_calls(module.Guard(tools=tools), scenario["steps"], observe=progress)
 
 
 class Score:

@@ -5,7 +5,7 @@ three calls, from the response to the tool messages, three ways, in one process:
   ``observe`` of each result): the floor;
 - hand-written glue: the same, plus what every harness must do anyway (parse each call's
   arguments to run the tool, build one tool message per call id);
-- the adapter: ``chat_turn``, ``record`` and ``tool_messages``.
+- the adapter: ``chat_turn``, ``observe`` and ``tool_messages``.
 
 The response is the SDK's dict form. A guard is kept in a steady state (13 turns of distinct
 arguments in rotation, so every verdict is "allow"). Issue target: the adapter adds no
@@ -75,7 +75,7 @@ def adapter(guard: Any) -> list[dict[str, Any]]:
     for completion in COMPLETIONS:
         turn = chat_turn(guard, completion)
         for call in turn.to_run:
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         messages += turn.tool_messages()
     return messages
 
@@ -115,7 +115,7 @@ def test_ratios_adapters() -> None:
             ],
             [
                 "check_turn + observe: the guard alone; glue: that plus parsing arguments and",
-                "building tool messages, which a harness does anyway; adapter: chat_turn, record,",
+                "building tool messages, which a harness does anyway; adapter: chat_turn, observe,",
                 "tool_messages. Target: adapter/glue about 1.0x (no measurable cost).",
             ],
         )

@@ -89,7 +89,7 @@ def one_round(i: int) -> None:
 
 def guard_round(guard: Any, i: int) -> None:
     verdict = guard.check("get_logs", {"service": "checkout", "page": i % 5}, call_id=f"c{i % 200}")
-    guard.record(verdict, ["line", i % 3])
+    guard.keep(verdict, ["line", i % 3])
     guard.observe(verdict, ["line", i % 3])
     verdict = guard.check_json("search", '{"q": "refund  policy"}' if i % 3 else "{bad json")
     guard.observe(verdict, Model())

@@ -29,7 +29,7 @@ def main() -> int:
         )
         turn = message_turn(guard, message)
         for call in turn.to_run:
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         for call in turn.calls:
             print(f"step {call.verdict.step}: {call.name} -> {call.verdict.action}")
         messages += [{"role": "assistant", "content": message.content}, turn.user_message()]

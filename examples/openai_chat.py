@@ -27,7 +27,7 @@ def main() -> int:
         completion = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
         turn = chat_turn(guard, completion)
         for call in turn.to_run:  # allowed, not a duplicate, arguments parsed
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         for call in turn.calls:
             print(f"step {call.verdict.step}: {call.name} -> {call.verdict.action}")
         messages += [completion.choices[0].message, *turn.tool_messages()]

@@ -27,7 +27,7 @@ def main() -> int:
         response = client.responses.create(model=MODEL, input=items, tools=response_tools())
         turn = responses_turn(guard, response)
         for call in turn.to_run:
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         for call in turn.calls:
             print(f"step {call.verdict.step}: {call.name} -> {call.verdict.action}")
         items += [*response.output, *turn.outputs()]

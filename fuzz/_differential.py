@@ -57,12 +57,12 @@ def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, ...
         return describe_exception(exc)
 
 
-def verdict_fields(verdict: Any, recorded: Sequence[Any] = ()) -> tuple[Any, ...]:
-    """The verdict's fields; ``cached`` as the index of the recorded result it is (each
+def verdict_fields(verdict: Any, kept: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """The verdict's fields; ``cached`` as the index of the kept result it is (each
     backend is given its own copies of the results, so identity is all that can match)."""
     cached = verdict.cached
     if cached is not None:
-        cached = next((i for i, r in enumerate(recorded) if r is cached), "a foreign object")
+        cached = next((i for i, r in enumerate(kept) if r is cached), "a foreign object")
     return (*(getattr(verdict, name) for name in VERDICT_FIELDS), cached)
 
 
@@ -108,20 +108,20 @@ def play_guard(
 ) -> list[tuple[Any, ...]]:
     """Runs ``steps`` on a new guard of ``module``: each step is ``(method, name, args,
     result)`` with method ``check`` or ``check_json``; an allowed verdict is then observed
-    (and recorded) with ``result`` when that is not ``None``. Returns what every call gave
+    (and kept) with ``result`` when that is not ``None``. Returns what every call gave
     and the guard's state after each step."""
     guard = module.Guard(window=4, nudge_at=2, stop_at=3, tools=tools, volatile_keys=volatile_keys)
     trace: list[tuple[Any, ...]] = []
-    recorded: list[Any] = []
+    kept: list[Any] = []
     for method, name, args, result in steps:
         got = outcome(getattr(guard, method), name, args)
         if got[0] == "ok":
             verdict = got[1]
-            trace.append(("verdict", verdict_fields(verdict, recorded)))
+            trace.append(("verdict", verdict_fields(verdict, kept)))
             if result is not None:
                 trace.append(("observe", outcome(guard.observe, verdict, result)))
-                recorded.append(result)
-                trace.append(("record", outcome(guard.record, verdict, result)))
+                kept.append(result)
+                trace.append(("keep", outcome(guard.keep, verdict, result)))
         else:
             trace.append(("raised", got))
         trace.append(("state", guard_state(guard)))

@@ -503,7 +503,7 @@ def TestOneInput(data: bytes) -> None:
     )
     try:
         same(
-            "Guard.check/observe/record",
+            "Guard.check/observe/keep",
             guarded(native, data),
             guarded(reference, data),
             Described(data),

@@ -5,7 +5,7 @@ Each case builds a run state the snapshot reader accepts but no ordinary run rea
 crafted at the edges (steps at 2**64 - 1, polls and turns at 2**32 - 1, ``RETRY`` on entries
 without a result, an error text that is not its digest's, remembered verdicts with odd steps,
 ...), and written with the reference's own writer. Both backends restore those bytes; then the
-same random operations (``check``, ``check_json``, ``check_turn``, ``observe``, ``record``,
+same random operations (``check``, ``check_json``, ``check_turn``, ``observe``, ``keep``,
 ``user_message``, ``reset``, a snapshot round trip) go to both. After each step the outcomes
 are compared: every verdict field (``message`` included), the exception type where one
 raises, the state as shown (steps, stopped, window keys) and the snapshot bytes; and each
@@ -260,9 +260,9 @@ def operate(
     rng: random.Random, guards: list[Any], lasts: list[Any], log: list[str] | None
 ) -> list[Any]:
     """One random operation on each guard (the same one); what each gave back. ``lasts``:
-    each guard's last verdict (what observe and record are told), updated."""
+    each guard's last verdict (what observe and keep are told), updated."""
     kind = rng.choice(
-        ("check", "check", "check", "json", "turn", "observe", "observe", "record", "user")
+        ("check", "check", "check", "json", "turn", "observe", "observe", "keep", "user")
         + ("reset",) * (rng.random() < 0.05)
         + ("roundtrip",)
     )
@@ -291,8 +291,8 @@ def operate(
                 if last is None
                 else outcome(guard.observe, last, result, error=error, transient=transient)
             )
-        elif kind == "record":
-            got = ("skipped", None) if last is None else outcome(guard.record, last, result)
+        elif kind == "keep":
+            got = ("skipped", None) if last is None else outcome(guard.keep, last, result)
         elif kind == "user":
             got = outcome(guard.user_message)
         elif kind == "reset":

@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyDeprecationWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
@@ -1246,15 +1246,16 @@ impl Guard {
         Ok(PyList::new(py, verdicts)?.unbind())
     }
 
-    /// Remembers the result of an allowed call to a tool declared `read`.
+    /// Keeps the result of an allowed call to a tool declared `read` in the run's read cache
+    /// (see the reference's `keep`).
     #[pyo3(signature = (verdict, result, /))]
-    fn record(
+    fn keep(
         &self,
         py: Python<'_>,
         verdict: &Bound<'_, PyAny>,
         result: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let verdict = verdict_arg("record", verdict)?;
+        let verdict = verdict_arg("keep", verdict)?;
         if verdict.action != Action::Allow || result.is_none() {
             return Ok(());
         }
@@ -1267,6 +1268,24 @@ impl Guard {
             .store_result(verdict.key, result.clone().unbind());
         drop(released);
         Ok(())
+    }
+
+    /// Deprecated: `keep`, under its old name. The warning's text is the reference's
+    /// `DEPRECATED_RECORD` (tests/test_guard.py checks they agree).
+    #[pyo3(signature = (verdict, result, /))]
+    fn record(
+        &self,
+        py: Python<'_>,
+        verdict: &Bound<'_, PyAny>,
+        result: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        PyErr::warn(
+            py,
+            &py.get_type::<PyDeprecationWarning>(),
+            c"Guard.record() is deprecated: use Guard.keep(), which does the same",
+            1,
+        )?;
+        self.keep(py, verdict, result)
     }
 
     /// Tells the guard what an allowed call returned (see the reference's `observe`).

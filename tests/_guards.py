@@ -6,6 +6,7 @@ not the key-API namespace that ``conftest.impl`` provides, because they need ``G
 
 from __future__ import annotations
 
+import hashlib
 import json
 from types import ModuleType
 from typing import Any
@@ -131,3 +132,47 @@ HASH_STOP = (
     "Stopped (loop_detected): {tool} was called {repeats} times with the same arguments "
     "within the last 12 calls."
 )
+
+
+# The default volatile keys, as the key contract lists them.
+DEFAULT_VOLATILE = frozenset(
+    {"request_id", "trace_id", "timestamp", "now", "nonce", "idempotency_key"}
+)
+
+
+def verbatim_key_written_out(name: str, args: Any) -> str:
+    """The key of a call whose strings keep their whitespace, written out from the key
+    contract (docs/design/key.md) with json and hashlib alone: the seed's ``normalise``
+    without its string collapse (default volatile keys dropped, ``None`` entries dropped,
+    integral floats folded), nesting past 256 levels a RecursionError."""
+
+    def normalised(value: Any, depth: int) -> Any:
+        if isinstance(value, (dict, list)) and depth >= 256:
+            raise RecursionError("nested too deep")
+        if isinstance(value, dict):
+            return {
+                k: normalised(v, depth + 1)
+                for k, v in value.items()
+                if k not in DEFAULT_VOLATILE and v is not None
+            }
+        if isinstance(value, list):
+            return [normalised(v, depth + 1) for v in value]
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    payload = {"tool": name, "args": normalised(args, 0)}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def raw_text_key_written_out(name: str, text: str | bytes | bytearray) -> str:
+    """The key of arguments that are not valid JSON, written out: SHA-256 of the raw text,
+    whitespace collapsed, under ``invalid_args`` in place of ``args`` (docs/guard/index.md:
+    a model that keeps sending the same broken arguments is looping too)."""
+    if isinstance(text, (bytes, bytearray)):
+        # Bytes as UTF-8 whatever they are (a BOM or UTF-16 too): each invalid byte kept.
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    payload = {"tool": name, "invalid_args": " ".join(text.split())}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

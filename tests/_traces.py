@@ -1,11 +1,46 @@
 """Traces with tool results, shaped like the real thing, for the progress-aware replay tests
-(``test_replay.py``, ``test_cli.py``)."""
+(``test_replay.py``, ``test_cli.py``); and ``run_calls``, the harness loop every test and
+bench that plays a scripted run through a guard uses."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+
+def run_calls(guard: Any, calls: Iterable[Mapping[str, Any]], *, observe: bool = True) -> list[Any]:
+    """What a harness does with a scripted run: check each call (``args`` as values, or
+    ``text``, JSON text, through ``check_json``; ``call_id`` if given), stop at a stop, and
+    tell the guard the result of each allowed call (``result``, with ``error`` and
+    ``transient`` where given, or what ``run()`` returns: a tool run only when allowed; a
+    call with none of them never came back). ``calls`` may be a generator, resumed only
+    after the previous call was dealt with. ``observe=False``: the hash-only harness, which
+    tells nothing. Returns the verdicts, the stop included."""
+    verdicts = []
+    for call in calls:
+        call_id = call.get("call_id")
+        if "text" in call:
+            verdict = guard.check_json(call["tool"], call["text"], call_id=call_id)
+        else:
+            verdict = guard.check(call["tool"], call["args"], call_id=call_id)
+        verdicts.append(verdict)
+        if verdict.action == "stop":
+            break
+        if not observe or verdict.action != "allow":
+            continue
+        if "run" in call:
+            guard.observe(verdict, call["run"]())
+        elif "result" in call or "error" in call:
+            guard.observe(
+                verdict,
+                call.get("result"),
+                error=call.get("error"),
+                transient=call.get("transient"),
+            )
+    return verdicts
+
 
 # A build that advances on every poll, then passes.
 ADVANCING = ["queued", "running 10%", "running 45%", "running 80%", "passed"]

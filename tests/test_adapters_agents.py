@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK adapter (issue 20) with the SDK's own runner, tools and types.
+"""The OpenAI Agents SDK adapter with the SDK's own runner, tools and types.
 
 No network: the SDK's own test double, ``agents.testing.ScriptedModel``, plays the model (one
 scripted response per model call), and ``Runner.run`` does everything else as in production:
@@ -101,6 +101,25 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
     assert nudge.startswith("This is the second identical call to get_logs")
     assert outputs(model, 3)["call_2"] == "[]"
     assert len(model.calls) == 4  # no model call after the stop
+
+
+def test_a_kept_read_is_served_without_running_it(tw: ModuleType) -> None:
+    """get_metrics declared ``read``: its result is kept, and the same call again (allowed:
+    nudge_at=3) is answered from the guard without running the tool."""
+    ran: list[Any] = []
+    args = '{"service": "checkout", "metric": "p99"}'
+    model = ScriptedModel(
+        [
+            [function_call("get_metrics", args, call_id="a")],
+            [function_call("get_metrics", args, call_id="b")],
+            [assistant_message("p99 is 812 ms.")],
+        ]
+    )
+    agent = Agent(name="triage", tools=triage_tools(ran), model=model)
+    guard_agent(agent, tw.Guard(tools={"get_metrics": "read"}, nudge_at=3, stop_at=4))
+    assert run(agent).final_output == "p99 is 812 ms."
+    assert ran == [("get_metrics", ("checkout", "p99"))]
+    assert outputs(model, 2)["b"] == '{"service": "checkout", "p99": 812}'
 
 
 def test_healthy_turn_is_untouched(tw: ModuleType) -> None:

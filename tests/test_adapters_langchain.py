@@ -1,4 +1,4 @@
-"""The LangChain adapter (issue 20) with LangChain v1's ``create_agent`` and LangGraph.
+"""The LangChain adapter with LangChain v1's ``create_agent`` and LangGraph.
 
 No network: the model is LangChain's own fake chat model (``GenericFakeChatModel``) playing a
 script of ``AIMessage``s, with the one method an agent needs that it lacks, ``bind_tools``;
@@ -107,6 +107,29 @@ def test_seed_loop_is_nudged_then_stopped(tw: ModuleType) -> None:
     final = messages[-1]
     assert isinstance(final, AIMessage) and final.content == stop.content
     assert not final.tool_calls
+
+
+def test_a_kept_read_is_served_without_running_it(tw: ModuleType) -> None:
+    """get_metrics declared ``read``: its result is kept, and the same call again (allowed:
+    nudge_at=3), a copy of it in the same turn too, is answered from the guard without
+    running the tool."""
+    ran: list[Any] = []
+    metrics = {"service": "checkout", "metric": "p99"}
+    model = script(
+        [("a", "get_metrics", metrics)],
+        [("b", "get_metrics", metrics), ("c", "get_metrics", metrics)],
+        "p99 is 812 ms.",
+    )
+    middleware = LoopGuardMiddleware(
+        make_guard=lambda: tw.Guard(tools={"get_metrics": "read"}, nudge_at=3, stop_at=4)
+    )
+    agent = create_agent(model, triage_tools(ran), middleware=[middleware])
+    messages = agent.invoke(ask())["messages"]
+    assert ran == [("get_metrics", "checkout")]
+    sent = answers(messages)
+    assert [sent[i].content for i in "abc"] == ["p99=812ms"] * 3
+    assert sent["b"].status == sent["c"].status == "success"
+    assert messages[-1].content == "p99 is 812 ms."
 
 
 def checkpointed(tw: ModuleType, model: Any, ran: list[Any], **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The MCP adapter (issue 20) with the SDK's own server, client session and types.
+"""The MCP adapter with the SDK's own server, client session and types.
 
 No network: an ``MCPServer`` with annotated tools runs in-process, reached through the
 SDK's memory streams (``mcp.Client(server)``, whose ``session`` is a real
@@ -148,6 +148,61 @@ def test_parallel_duplicates_are_sent_once(tw: ModuleType) -> None:
     results = run(body, ran)
     assert [name for name, _ in ran] == ["get_logs", "get_metrics"]
     assert results[2] is results[0] and not results[0].is_error
+
+
+async def read_guarded(tw: ModuleType, session: Any) -> tw_mcp.GuardedSession:
+    """A guarded session whose harness declares get_metrics a ``read``: its results are
+    kept (``Guard.keep``) and served again from the guard."""
+    definitions = await tw_mcp.list_all_tools(session)
+    guard = tw.Guard(tools={"get_metrics": "read"}, definitions=definitions)
+    return tw_mcp.GuardedSession(session, guard)
+
+
+def test_a_kept_read_is_served_without_reaching_the_server(tw: ModuleType) -> None:
+    ran: list[Any] = []
+    args = {"service": "checkout", "metric": "p99"}
+
+    async def body(session: Any) -> list[Any]:
+        guarded_session = await read_guarded(tw, session)
+        first = await guarded_session.call_tool("get_metrics", args)
+        guarded_session.guard.user_message()  # asked again: allowed, not a loop
+        again = await guarded_session.call_tool("get_metrics", args)
+        guarded_session.guard.user_message()
+        (in_a_turn,) = await guarded_session.call_turn([("get_metrics", args)])
+        return [first, again, in_a_turn]
+
+    first, again, in_a_turn = run(body, ran)
+    assert ran == [("get_metrics", args)]
+    assert again is first and in_a_turn is first
+    assert first.structured_content == {"service": "checkout", "p99": 812}
+
+
+def test_a_failed_read_is_not_kept(tw: ModuleType) -> None:
+    """A read that came back with ``isError`` is asked again, not served again."""
+    server = MCPServer("flaky")
+    answers = iter([None, "3 incidents"])
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def incidents(service: str) -> str:
+        answer = next(answers)
+        if answer is None:
+            raise ValueError("503 Service Unavailable")
+        return answer
+
+    async def main() -> list[Any]:
+        async with mcp.Client(server) as client:
+            session = client.session
+            definitions = await tw_mcp.list_all_tools(session)
+            # nudge_at=3: the repeat of the failure is allowed, to be served or asked again.
+            guard = tw.Guard(tools={"incidents": "read"}, definitions=definitions, nudge_at=3)
+            guarded_session = tw_mcp.GuardedSession(session, guard)
+            first = await guarded_session.call_tool("incidents", {"service": "checkout"})
+            again = await guarded_session.call_tool("incidents", {"service": "checkout"})
+            return [first, again]
+
+    first, again = asyncio.run(main())
+    assert first.is_error and not again.is_error
+    assert again.content[0].text == "3 incidents"
 
 
 def test_a_stop_in_a_turn_sends_nothing(tw: ModuleType) -> None:

@@ -1,4 +1,4 @@
-"""The OpenAI and Anthropic adapters (issue 19) with the SDKs' own clients and types.
+"""The OpenAI and Anthropic adapters with the SDKs' own clients and types.
 
 No network: each client gets an HTTP transport of the SDK's own HTTP library (``httpx2``'s
 ``MockTransport``) that plays a scripted model and, like the real APIs, rejects with a 400 a
@@ -210,7 +210,7 @@ def chat_loop(tw: ModuleType, api: FakeApi, tools_run: list[Any]) -> Any:
             break
         for call in turn.to_run:
             tools_run.append((call.name, call.arguments))
-            turn.record(call, [])
+            turn.observe(call, [])
         messages += [completion.choices[0].message.model_dump(exclude_none=True)]
         messages += turn.tool_messages()
         if turn.stopped:
@@ -296,7 +296,7 @@ def test_chat_stopped_turn_answers_every_id(tw: ModuleType) -> None:
     for i in range(3):
         turn = tw_openai.chat_turn(guard, _chat_response([(f"c{i}", "get_logs", SEED_ARGS[0])]))
         for call in turn.to_run:
-            turn.record(call, [])
+            turn.observe(call, [])
     turn = tw_openai.chat_turn(
         guard,
         _chat_response(
@@ -310,7 +310,7 @@ def test_chat_stopped_turn_answers_every_id(tw: ModuleType) -> None:
     assert [c.verdict.action for c in turn.calls] == ["allow", "stop", "stop"]
     assert [c.verdict.call_id for c in turn.calls] == ["x1", "x2", "x3"]
     for call in turn.to_run:
-        turn.record(call, {"p99": 812})
+        turn.observe(call, {"p99": 812})
     messages = turn.tool_messages()
     assert [m["tool_call_id"] for m in messages] == ["x1", "x2", "x3"]
     assert messages[0]["content"] == '{"p99": 812}'
@@ -369,7 +369,7 @@ def test_chat_async_client_works_the_same(tw: ModuleType) -> None:
             completion = await client.chat.completions.create(model="gpt-test", messages=messages)
             turn = tw_openai.chat_turn(guard, completion)
             for call in turn.to_run:
-                turn.record(call, [])
+                turn.observe(call, [])
             messages += [completion.choices[0].message.model_dump(exclude_none=True)]
             messages += turn.tool_messages()
             if turn.stopped:
@@ -391,7 +391,7 @@ def test_responses_seed_loop_and_outputs(tw: ModuleType) -> None:
         turn = tw_openai.responses_turn(guard, response)
         for call in turn.to_run:
             runs += 1
-            turn.record(call, "[]")
+            turn.observe(call, "[]")
         items += [item.model_dump(exclude_none=True) for item in response.output]
         items += turn.outputs()
         if turn.stopped:
@@ -416,7 +416,7 @@ def anthropic_loop(tw: ModuleType, api: FakeApi, run_tool: Callable[[str, Any], 
         if not turn.calls:
             break
         for call in turn.to_run:
-            turn.record(call, run_tool(call.name, call.arguments))
+            turn.observe(call, run_tool(call.name, call.arguments))
         messages += [{"role": "assistant", "content": message.model_dump()["content"]}]
         messages += [turn.user_message()]
         if turn.stopped:
@@ -450,8 +450,8 @@ def test_anthropic_parallel_duplicates_and_errors(tw: ModuleType) -> None:
     message = client.messages.create(model="claude-test", max_tokens=100, messages=messages)
     turn = tw_anthropic.message_turn(guard, message)
     assert [c.id for c in turn.to_run] == ["toolu_a", "toolu_c"]
-    turn.record("toolu_a", "no errors")
-    turn.record("toolu_c", None, error="deploy failed: quota exceeded")
+    turn.observe("toolu_a", "no errors")
+    turn.observe("toolu_c", None, error="deploy failed: quota exceeded")
     messages += [{"role": "assistant", "content": message.model_dump()["content"]}]
     messages += [turn.user_message()]
     client.messages.create(model="claude-test", max_tokens=100, messages=messages)
@@ -482,7 +482,7 @@ def test_anthropic_async_client_works_the_same(tw: ModuleType) -> None:
             )
             turn = tw_anthropic.message_turn(guard, message)
             for call in turn.to_run:
-                turn.record(call, [])
+                turn.observe(call, [])
             messages += [{"role": "assistant", "content": message.model_dump()["content"]}]
             messages += [turn.user_message()]
             if turn.stopped:
@@ -497,7 +497,7 @@ def test_a_result_not_recorded_is_named(tw: ModuleType) -> None:
     with pytest.raises(ValueError, match="no result recorded for call 'c1'"):
         turn.tool_messages()
     with pytest.raises(ValueError, match="no call 'nope'"):
-        turn.record("nope", [])
+        turn.observe("nope", [])
 
 
 class _StrRaises(Exception):
@@ -511,8 +511,8 @@ def test_results_that_will_not_print_are_answered(tw: ModuleType) -> None:
     big = 10**5000 + 7
     calls = [("c1", "get_logs", "{}"), ("c2", "get_metrics", "{}")]
     turn = tw_openai.chat_turn(tw.Guard(), _chat_response(calls))
-    turn.record("c1", big)
-    turn.record("c2", None, error=_StrRaises())
+    turn.observe("c1", big)
+    turn.observe("c2", None, error=_StrRaises())
     contents = [message["content"] for message in turn.tool_messages()]
     assert contents[0] == "1" + "0" * 4999 + "7"
     assert contents[1] == "_StrRaises"
@@ -520,6 +520,118 @@ def test_results_that_will_not_print_are_answered(tw: ModuleType) -> None:
     from tripwire.adapters._turn import as_text
 
     assert as_text([big]).startswith("<a list")
+
+
+# -- a declared read's kept result is served, not run (as the MCP adapter does) --------------
+
+# A read the harness declares: its result is kept (Guard.keep) and a later allowed repeat is
+# answered from the guard's read cache (verdict.cached) without running the tool.
+READ_TOOLS = {"get_metrics": "read"}
+METRICS = '{"service": "checkout", "metric": "p99"}'
+
+
+def test_chat_serves_a_kept_read_without_running_it(tw: ModuleType) -> None:
+    script = [
+        _chat_response([("c1", "get_metrics", METRICS)]),
+        _chat_response([("c2", "get_metrics", METRICS)]),
+        _chat_response([], "p99 is 812 ms."),
+    ]
+    api = FakeApi(_chat_check, script)
+    client, guard = openai_client(api), tw.Guard(tools=READ_TOOLS)
+    messages: list[Any] = [{"role": "user", "content": "checkout p99?"}]
+    ran, turns = [], []
+    while api.script:
+        completion = client.chat.completions.create(model="gpt-test", messages=messages)
+        turn = tw_openai.chat_turn(guard, completion)
+        turns.append(turn)
+        for call in turn.to_run:
+            ran.append(call.id)
+            turn.observe(call, {"p99": 812})
+        messages += [completion.choices[0].message.model_dump(exclude_none=True)]
+        messages += turn.tool_messages()
+        guard.user_message()  # the person asks again: the repeat is allowed, not a loop
+    assert ran == ["c1"]
+    served = turns[1].calls[0]
+    assert (served.verdict.action, served.verdict.cached) == ("allow", {"p99": 812})
+    assert turns[1].to_run == []
+    assert api.requests[2]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "c2",
+        "content": '{"p99": 812}',
+    }
+    with pytest.raises(ValueError, match="was not to run"):
+        turns[1].observe("c2", {"p99": 900})
+
+
+def test_responses_serves_a_kept_read_without_running_it(tw: ModuleType) -> None:
+    script = [
+        _responses_response([("fc1", "get_metrics", METRICS)]),
+        _responses_response([("fc2", "get_metrics", METRICS)]),
+    ]
+    api = FakeApi(_responses_check, script)
+    client, guard = openai_client(api), tw.Guard(tools=READ_TOOLS)
+    items: list[Any] = [{"role": "user", "content": "checkout p99?"}]
+    ran = []
+    for _ in range(2):
+        response = client.responses.create(model="gpt-test", input=items)
+        turn = tw_openai.responses_turn(guard, response)
+        for call in turn.to_run:
+            ran.append(call.id)
+            turn.observe(call, "p99=812")
+        items += [item.model_dump(exclude_none=True) for item in response.output]
+        items += turn.outputs()
+        guard.user_message()
+    assert ran == ["fc1"]
+    assert turn.calls[0].verdict.cached == "p99=812"
+    assert items[-1] == {"type": "function_call_output", "call_id": "fc2", "output": "p99=812"}
+
+
+def test_anthropic_serves_a_kept_read_without_running_it(tw: ModuleType) -> None:
+    args = json.loads(METRICS)
+    script = [
+        _anthropic_response([("toolu_1", "get_metrics", args)]),
+        _anthropic_response([("toolu_2", "get_metrics", args)]),
+        _anthropic_response([]),
+    ]
+    api = FakeApi(_messages_check, script)
+    client, guard = anthropic_client(api), tw.Guard(tools=READ_TOOLS)
+    messages: list[Any] = [{"role": "user", "content": "checkout p99?"}]
+    ran = []
+    while api.script:
+        message = client.messages.create(model="claude-test", max_tokens=100, messages=messages)
+        turn = tw_anthropic.message_turn(guard, message)
+        for call in turn.to_run:
+            ran.append(call.id)
+            turn.observe(call, ["p99", 812])
+        messages += [{"role": "assistant", "content": message.model_dump()["content"]}]
+        if turn.calls:
+            messages += [turn.user_message()]
+        guard.user_message()
+    assert ran == ["toolu_1"]
+    sent = api.requests[2]["messages"][-1]["content"]
+    assert sent == [{"type": "tool_result", "tool_use_id": "toolu_2", "content": '["p99", 812]'}]
+
+
+def test_a_failed_read_is_not_kept(tw: ModuleType) -> None:
+    """A result observed as a failure is not served again: the next repeat runs."""
+    guard = tw.Guard(tools=READ_TOOLS)
+    first = tw_openai.chat_turn(guard, _chat_response([("c1", "get_metrics", METRICS)]))
+    first.observe("c1", None, error="503 Service Unavailable")
+    guard.user_message()
+    again = tw_openai.chat_turn(guard, _chat_response([("c2", "get_metrics", METRICS)]))
+    assert [call.id for call in again.to_run] == ["c2"]
+    assert again.calls[0].verdict.cached is None
+
+
+def test_turn_record_is_observe_under_its_old_name(tw: ModuleType) -> None:
+    guard = tw.Guard(tools=READ_TOOLS)
+    turn = tw_openai.chat_turn(guard, _chat_response([("c1", "get_metrics", METRICS)]))
+    with pytest.warns(DeprecationWarning, match=r"Turn\.record\(\) is deprecated"):
+        turn.record("c1", {"p99": 812})
+    assert turn.tool_messages()[0]["content"] == '{"p99": 812}'
+    guard.user_message()
+    again = tw_openai.chat_turn(guard, _chat_response([("c2", "get_metrics", METRICS)]))
+    assert again.calls[0].verdict.cached == {"p99": 812}
 
 
 # -- the docs' loops run as written ----------------------------------------------------------
@@ -649,7 +761,7 @@ def test_anthropic_streamed_message_once_accumulated(tw: ModuleType) -> None:
         turn = tw_anthropic.message_turn(guard, message)
         assert turn.calls[0].arguments == json.loads(SEED_ARGS[len(seen) - 1])
         for call in turn.to_run:
-            turn.record(call, [])
+            turn.observe(call, [])
         messages += [{"role": "assistant", "content": message.model_dump()["content"]}]
         messages += [turn.user_message()]
         if turn.stopped:

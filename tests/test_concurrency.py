@@ -270,7 +270,7 @@ def scenario_mixed(name: str) -> None:
                 _ = guard.steps, guard.stopped
             elif index % 2 == 0:
                 verdict = guard.check("get_logs", {"page": i % 30})
-                guard.record(verdict, [index, i])
+                guard.keep(verdict, [index, i])
                 guard.check_turn([("get_logs", {"page": i % 30})] * 2)
             else:
                 guard.check("deploy", {"n": index * 10_000 + i})
@@ -464,7 +464,7 @@ class CallsBack:
 
 RELEASES = {
     "write-clears-cache": lambda g, v: g.check("deploy", {"v": 2}),
-    "record-replaces": lambda g, v: g.record(v, ["replacement"]),
+    "keep-replaces": lambda g, v: g.keep(v, ["replacement"]),
     "reset": lambda g, v: g.reset(),
 }
 
@@ -473,7 +473,7 @@ def scenario_result_finaliser(name: str, release: str) -> None:
     guard = backend(name).Guard(tools={"get_logs": "read", "deploy": "write"})
     seen: list[Any] = []
     verdict = guard.check("get_logs", {"service": "checkout"})
-    guard.record(verdict, CallsBack(guard, seen))
+    guard.keep(verdict, CallsBack(guard, seen))
     run_threads(1, lambda index: RELEASES[release](guard, verdict), timeout=3.0)
     assert len(seen) == 1
 

@@ -1,4 +1,4 @@
-"""No stop without evidence (issue 25): the six ways the guard read more into a trace than it
+"""No stop without evidence: the six ways the guard read more into a trace than it
 shows, each as a healthy run that must not be stopped and its stuck twin that must be.
 
 Each run is replayed as a harness runs it: a call is checked; if allowed it runs, and the
@@ -11,12 +11,14 @@ SDK adapter's guard per run (the sixth) is tested through the real SDK in
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import pytest
+from _traces import run_calls
 
 # The issue's bound: a stuck twin of one repeated call is stopped by its 4th occurrence.
 BOUND = 4
@@ -33,19 +35,7 @@ class Step:
 
 def replay(tw: ModuleType, steps: Iterable[Step], **options: Any) -> list[Any]:
     """The verdicts of a run, up to and including a stop."""
-    guard = tw.Guard(**options)
-    verdicts = []
-    for step in steps:
-        verdict = guard.check(step.tool, step.args, call_id=step.call_id)
-        verdicts.append(verdict)
-        if verdict.action == "stop":
-            break
-        if verdict.action == "allow":
-            if step.error is None:
-                guard.observe(verdict, step.result)
-            else:
-                guard.observe(verdict, step.result, error=step.error)
-    return verdicts
+    return run_calls(tw.Guard(**options), (dataclasses.asdict(step) for step in steps))
 
 
 def actions(verdicts: list[Any]) -> list[str]:

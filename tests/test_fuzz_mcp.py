@@ -1,4 +1,4 @@
-"""``tripwire fuzz mcp`` against real MCP servers from PyPI (issue 30): ``mcp-server-time``
+"""``tripwire fuzz mcp`` against real MCP servers from PyPI: ``mcp-server-time``
 and ``mcp-server-git`` (the ``fuzz-servers`` extra, installed by ``.ci/run``), and a small
 server of our own that hangs and crashes. The policies it writes are read by ``Guard`` and
 ``tripwire replay --tools``; with them the guard of both backends stops a loop on
@@ -12,12 +12,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from _guards import BACKENDS
+from _traces import run_calls
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
@@ -164,22 +166,17 @@ def test_the_suggested_policy_stops_a_loop_on_get_current_time(
         def clock() -> Any:
             return server.call("get_current_time", {"timezone": "UTC"})
 
+        def shown(verdicts: list[Any]) -> list[str]:
+            return [v.action + (f"/{v.reason}" if v.reason else "") for v in verdicts]
+
         def cycle(guard: Any, laps: int) -> list[str]:
-            shown = []
-            for _ in range(laps):
-                for name, args in (
-                    ("get_current_time", {"timezone": "UTC"}),
-                    ("Bash", {"command": "ls"}),
-                ):
-                    verdict = guard.check(name, args)
-                    shown.append(verdict.action + (f"/{verdict.reason}" if verdict.reason else ""))
-                    if verdict.action == "stop":
-                        return shown
-                    if verdict.action == "allow":
-                        guard.observe(verdict, clock() if name != "Bash" else "a.txt")
-                    if name != "Bash":
-                        time.sleep(1.05)  # the server's clock has whole seconds
-            return shown
+            def calls() -> Iterator[dict[str, Any]]:
+                for _ in range(laps):
+                    yield {"tool": "get_current_time", "args": {"timezone": "UTC"}, "run": clock}
+                    time.sleep(1.05)  # the server's clock has whole seconds
+                    yield {"tool": "Bash", "args": {"command": "ls"}, "result": "a.txt"}
+
+            return shown(run_calls(guard, calls()))
 
         told = cycle(tw.Guard(tools=policies), 4)
         assert told == ["allow"] * 4 + ["stop/no_progress"]
@@ -187,16 +184,12 @@ def test_the_suggested_policy_stops_a_loop_on_get_current_time(
         assert today[:5] == ["allow"] * 5 and today[-1] == "stop/loop_detected"
 
         def asked(guard: Any, times: int) -> list[str]:
-            shown = []
-            for _ in range(times):
-                verdict = guard.check("get_current_time", {"timezone": "UTC"})
-                shown.append(verdict.action)
-                if verdict.action == "stop":
-                    break
-                if verdict.action == "allow":
-                    guard.observe(verdict, clock())
-                time.sleep(1.05)
-            return shown
+            def calls() -> Iterator[dict[str, Any]]:
+                for _ in range(times):
+                    yield {"tool": "get_current_time", "args": {"timezone": "UTC"}, "run": clock}
+                    time.sleep(1.05)
+
+            return [verdict.action for verdict in run_calls(guard, calls())]
 
         assert asked(tw.Guard(infer=False), 5) == ["allow"] * 5
         # Issue 25: after the nudge one more asking runs; the clock left out, it repeats.

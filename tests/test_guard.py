@@ -1,4 +1,4 @@
-"""Behaviour of ``Guard`` (docs/design/guard.md, issue #3) on both backends.
+"""Behaviour of ``Guard`` on both backends.
 
 Every test taking ``tw`` runs on ``tripwire._core`` (id ``native``) and ``tripwire.reference``
 (id ``reference``); tests named ``*_agree*`` run both backends side by side and compare.
@@ -242,7 +242,7 @@ def test_stop_latches_until_reset(tw: ModuleType) -> None:
 def test_reset_forgets_call_ids_and_cache(tw: ModuleType) -> None:
     guard = tw.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
     first = guard.check("get_logs", {"service": "checkout"}, call_id="call_1")
-    guard.record(first, ["cached line"])
+    guard.keep(first, ["cached line"])
     guard.reset()
     retried = guard.check("get_logs", {"service": "checkout"}, call_id="call_1")
     assert retried.step == 1, "a call id from before the reset is a new call"
@@ -459,7 +459,7 @@ def test_check_turn_after_single_checks(tw: ModuleType) -> None:
     ]
 
 
-# -- record and cached ----------------------------------------------------------------------
+# -- keep and cached ------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -473,7 +473,7 @@ def test_read_result_is_served_from_the_cache(cache_guard: Any) -> None:
     first = guard.check("get_logs", get_logs_args(4))
     assert first.cached is None
     result = [{"level": "error", "line": "timeout"}]
-    guard.record(first, result)
+    guard.keep(first, result)
     again = guard.check("get_logs", get_logs_args(5))
     assert again.action == "allow"
     assert again.cached is result
@@ -484,7 +484,7 @@ def test_read_result_is_served_from_the_cache(cache_guard: Any) -> None:
 def test_write_volatile_and_unknown_are_never_cached(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
     first = guard.check(tool, {"id": 1})
-    guard.record(first, "result")
+    guard.keep(first, "result")
     again = guard.check(tool, {"id": 1})
     assert again.action == "allow"
     assert again.cached is None
@@ -493,7 +493,7 @@ def test_write_volatile_and_unknown_are_never_cached(cache_guard: Any, tool: str
 @pytest.mark.parametrize("tool", ["issue_refund", "unknown_tool"])
 def test_a_call_that_may_write_clears_cached_reads(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
-    guard.record(guard.check("get_logs", {"service": "checkout"}), ["old"])
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), ["old"])
     guard.check(tool, {"order": 1})
     assert guard.check("get_logs", {"service": "checkout"}).cached is None
 
@@ -502,14 +502,14 @@ def test_a_call_that_may_write_clears_cached_reads(cache_guard: Any, tool: str) 
 def test_reads_do_not_clear_cached_reads(cache_guard: Any, tool: str) -> None:
     guard = cache_guard
     result = ["kept"]
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     guard.check(tool, {"other": 1})
     assert guard.check("get_logs", {"service": "checkout"}).cached is result
 
 
-def test_record_of_none_is_not_stored(tw: ModuleType) -> None:
+def test_keep_of_none_is_not_stored(tw: ModuleType) -> None:
     guard = tw.Guard(window=2, tools=TOOLS)
-    guard.record(guard.check("get_logs", {"service": "checkout"}), None)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), None)
     guard.check("build_status", {"n": 1})
     guard.check("build_status", {"n": 2})
     later = guard.check("get_logs", {"service": "checkout"})
@@ -517,13 +517,13 @@ def test_record_of_none_is_not_stored(tw: ModuleType) -> None:
     assert later.cached is None
 
 
-def test_record_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
+def test_keep_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
     guard = tw.Guard(window=2, tools=TOOLS)
     guard.check("get_logs", {"service": "checkout"})
     nudge = guard.check("get_logs", {"service": "checkout"})
     assert nudge.action == "nudge"
     assert nudge.cached is None
-    guard.record(nudge, ["from a nudge"])
+    guard.keep(nudge, ["from a nudge"])
     guard.check("build_status", {"n": 1})
     guard.check("build_status", {"n": 2})
     later = guard.check("get_logs", {"service": "checkout"})
@@ -531,10 +531,10 @@ def test_record_of_a_nudge_is_not_stored(tw: ModuleType) -> None:
     assert later.cached is None
 
 
-def test_record_of_a_stop_is_ignored(tw: ModuleType) -> None:
+def test_keep_of_a_stop_is_ignored(tw: ModuleType) -> None:
     guard = tw.Guard(tools=TOOLS)
     stop = [guard.check("get_logs", {}) for _ in range(3)][-1]
-    guard.record(stop, ["from a stop"])
+    guard.keep(stop, ["from a stop"])
     guard.reset()
     guard.check("get_logs", {})
     assert guard.check_turn([("get_logs", {})] * 2)[0].cached is None
@@ -544,7 +544,7 @@ def test_nudged_write_does_not_clear_cached_reads(tw: ModuleType) -> None:
     guard = tw.Guard(window=3, nudge_at=2, stop_at=3, tools=TOOLS)
     result = ["kept"]
     guard.check("issue_refund", {"order": 1})
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     assert guard.check("issue_refund", {"order": 1}).action == "nudge"
     # Push get_logs out of the window with calls that do not clear the cache.
     guard.check("build_status", {"n": 1})
@@ -557,39 +557,57 @@ def test_nudged_write_does_not_clear_cached_reads(tw: ModuleType) -> None:
 def test_duplicate_in_a_turn_carries_the_cached_result(cache_guard: Any) -> None:
     guard = cache_guard
     result = ["cached"]
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     verdicts = guard.check_turn([("get_logs", {"service": "checkout"})] * 2)
     assert [v.cached for v in verdicts] == [result, result]
     assert verdicts[1].cached is result
 
 
-def test_record_takes_a_verdict(tw: ModuleType) -> None:
+def test_keep_takes_a_verdict(tw: ModuleType) -> None:
     guard = tw.Guard(tools=TOOLS)
-    with pytest.raises(TypeError, match="record\\(\\) takes a Verdict"):
-        guard.record({"action": "allow"}, ["x"])
+    with pytest.raises(TypeError, match="keep\\(\\) takes a Verdict"):
+        guard.keep({"action": "allow"}, ["x"])
 
 
 def test_cache_is_bounded(tw: ModuleType) -> None:
     entries = 1024  # CACHE_ENTRIES in both backends
     guard = tw.Guard(tools=TOOLS)
     for i in range(entries + 1):
-        guard.record(guard.check("get_logs", {"page": i}), i)
+        guard.keep(guard.check("get_logs", {"page": i}), i)
     # Page 0 was the oldest entry: evicted. Page 1 is still there.
     assert guard.check("get_logs", {"page": 0}).cached is None
     assert guard.check("get_logs", {"page": 1}).cached == 1
 
 
-def test_record_refreshes_an_entry(tw: ModuleType) -> None:
+def test_keep_refreshes_an_entry(tw: ModuleType) -> None:
     entries = 1024
     guard = tw.Guard(tools=TOOLS)
     first = guard.check("get_logs", {"page": 0})
-    guard.record(first, "old")
+    guard.keep(first, "old")
     for i in range(1, entries):
-        guard.record(guard.check("get_logs", {"page": i}), i)
-    guard.record(first, "new")  # page 0 becomes the newest entry
-    guard.record(guard.check("get_logs", {"page": entries}), entries)
+        guard.keep(guard.check("get_logs", {"page": i}), i)
+    guard.keep(first, "new")  # page 0 becomes the newest entry
+    guard.keep(guard.check("get_logs", {"page": entries}), entries)
     assert guard.check("get_logs", {"page": 0}).cached == "new"
     assert guard.check("get_logs", {"page": 1}).cached is None
+
+
+def test_record_is_keep_under_its_old_name(tw: ModuleType) -> None:
+    """``Guard.record`` was ``keep``'s name: it still keeps, with a DeprecationWarning whose
+    text is the reference's on both backends."""
+    guard = tw.Guard(tools=TOOLS)
+    verdict = guard.check("get_logs", {"service": "checkout"})
+    guard.observe(verdict, ["kept"])
+    with pytest.warns(DeprecationWarning) as warned:
+        guard.record(verdict, ["kept"])
+    assert [str(w.message) for w in warned] == [
+        "Guard.record() is deprecated: use Guard.keep(), which does the same"
+    ]
+    assert warned[0].filename == __file__  # the caller's line, not tripwire's
+    guard.user_message()
+    assert guard.check("get_logs", {"service": "checkout"}).cached == ["kept"]
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError):
+        guard.record({"action": "allow"}, ["x"])
 
 
 # -- configuration --------------------------------------------------------------------------
@@ -600,54 +618,208 @@ class Number(IntEnum):
 
 
 INVALID_CONFIGURATIONS = [
-    pytest.param({"window": 0}, ValueError, id="window=0"),
-    pytest.param({"window": -3}, ValueError, id="window<0"),
-    pytest.param({"nudge_at": 1}, ValueError, id="nudge_at=1"),
-    pytest.param({"nudge_at": 0}, ValueError, id="nudge_at=0"),
-    pytest.param({"stop_at": 1}, ValueError, id="stop_at=1"),
-    pytest.param({"nudge_at": 3, "stop_at": 2}, ValueError, id="stop_at<nudge_at"),
-    pytest.param({"window": 1, "stop_at": 3}, ValueError, id="stop_at-unreachable"),
-    pytest.param({"window": 4, "nudge_at": 5, "stop_at": 6}, ValueError, id="nudge-unreachable"),
-    pytest.param({"max_steps": 0}, ValueError, id="max_steps=0"),
-    pytest.param({"max_steps": -1}, ValueError, id="max_steps<0"),
-    pytest.param({"tools": {"get_logs": "readonly"}}, ValueError, id="unknown-policy"),
-    pytest.param({"tools": {"get_logs": "READ"}}, ValueError, id="policy-case"),
-    pytest.param({"tools": {"get_logs": None}}, ValueError, id="policy-None"),
-    pytest.param({"tools": {"get_logs": 1}}, ValueError, id="policy-int"),
-    pytest.param({"tools": [("get_logs", "read")]}, TypeError, id="tools-list"),
-    pytest.param({"tools": {1: "read"}}, TypeError, id="tool-name-int"),
-    pytest.param({"window": True}, TypeError, id="window=True"),
-    pytest.param({"window": "12"}, TypeError, id="window=str"),
-    pytest.param({"window": 12.0}, TypeError, id="window=float"),
-    pytest.param({"nudge_at": True}, TypeError, id="nudge_at=True"),
-    pytest.param({"stop_at": "3"}, TypeError, id="stop_at=str"),
-    pytest.param({"max_steps": "40"}, TypeError, id="max_steps=str"),
-    pytest.param({"max_steps": False}, TypeError, id="max_steps=False"),
-    pytest.param({"volatile_keys": "request_id"}, TypeError, id="volatile_keys=str"),
-    pytest.param({"volatile_keys": 5}, TypeError, id="volatile_keys=int"),
+    pytest.param(
+        {"window": 0},
+        ValueError,
+        "window must be at least 1, got 0",
+        id="window=0",
+    ),
+    pytest.param(
+        {"window": -3},
+        ValueError,
+        "window must be at least 1, got -3",
+        id="window<0",
+    ),
+    pytest.param(
+        {"nudge_at": 1},
+        ValueError,
+        "nudge_at must be at least 2, got 1",
+        id="nudge_at=1",
+    ),
+    pytest.param(
+        {"nudge_at": 0},
+        ValueError,
+        "nudge_at must be at least 2, got 0",
+        id="nudge_at=0",
+    ),
+    pytest.param(
+        {"stop_at": 1},
+        ValueError,
+        "stop_at must be at least 2, got 1",
+        id="stop_at=1",
+    ),
+    pytest.param(
+        {"nudge_at": 3, "stop_at": 2},
+        ValueError,
+        "stop_at (2) must not be less than nudge_at (3)",
+        id="stop_at<nudge_at",
+    ),
+    pytest.param(
+        {"window": 1, "stop_at": 3},
+        ValueError,
+        "stop_at (3) can never be reached with window=1: "
+        "a window of 1 holds at most 2 occurrences, this one included",
+        id="stop_at-unreachable",
+    ),
+    pytest.param(
+        {"window": 4, "nudge_at": 5, "stop_at": 6},
+        ValueError,
+        "stop_at (6) can never be reached with window=4: "
+        "a window of 4 holds at most 5 occurrences, this one included",
+        id="nudge-unreachable",
+    ),
+    pytest.param(
+        {"max_steps": 0},
+        ValueError,
+        "max_steps must be at least 1, got 0",
+        id="max_steps=0",
+    ),
+    pytest.param(
+        {"max_steps": -1},
+        ValueError,
+        "max_steps must be at least 1, got -1",
+        id="max_steps<0",
+    ),
+    pytest.param(
+        {"tools": {"get_logs": "readonly"}},
+        ValueError,
+        "unknown policy 'readonly' for tool 'get_logs': "
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
+        id="unknown-policy",
+    ),
+    pytest.param(
+        {"tools": {"get_logs": "READ"}},
+        ValueError,
+        "unknown policy 'READ' for tool 'get_logs': "
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
+        id="policy-case",
+    ),
+    pytest.param(
+        {"tools": {"get_logs": None}},
+        ValueError,
+        "unknown policy None for tool 'get_logs': "
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
+        id="policy-None",
+    ),
+    pytest.param(
+        {"tools": {"get_logs": 1}},
+        ValueError,
+        "unknown policy 1 for tool 'get_logs': "
+        "expected one of 'read', 'write', 'volatile', 'poll', 'shell'",
+        id="policy-int",
+    ),
+    pytest.param(
+        {"tools": [("get_logs", "read")]},
+        TypeError,
+        "tools must be a mapping of tool name to policy, not list",
+        id="tools-list",
+    ),
+    pytest.param(
+        {"tools": {1: "read"}},
+        TypeError,
+        "tool names in tools must be str, not int",
+        id="tool-name-int",
+    ),
+    pytest.param(
+        {"window": True},
+        TypeError,
+        "window must be an int, not bool",
+        id="window=True",
+    ),
+    pytest.param(
+        {"window": "12"},
+        TypeError,
+        "window must be an int, not str",
+        id="window=str",
+    ),
+    pytest.param(
+        {"window": 12.0},
+        TypeError,
+        "window must be an int, not float",
+        id="window=float",
+    ),
+    pytest.param(
+        {"nudge_at": True},
+        TypeError,
+        "nudge_at must be an int, not bool",
+        id="nudge_at=True",
+    ),
+    pytest.param(
+        {"stop_at": "3"},
+        TypeError,
+        "stop_at must be an int, not str",
+        id="stop_at=str",
+    ),
+    pytest.param(
+        {"max_steps": "40"},
+        TypeError,
+        "max_steps must be an int, not str",
+        id="max_steps=str",
+    ),
+    pytest.param(
+        {"max_steps": False},
+        TypeError,
+        "max_steps must be an int, not bool",
+        id="max_steps=False",
+    ),
+    pytest.param(
+        {"volatile_keys": "request_id"},
+        TypeError,
+        "volatile_keys must be an iterable of keys such as {'request_id'}, not a single str",
+        id="volatile_keys=str",
+    ),
+    pytest.param(
+        {"volatile_keys": 5},
+        TypeError,
+        "'int' object is not iterable",
+        id="volatile_keys=int",
+    ),
     # The corners below are where the native guard has disagreed with the reference.
-    pytest.param({"window": Number.ZERO}, ValueError, id="window=IntEnum-0"),
-    pytest.param({"window": -(10**30)}, ValueError, id="window-huge-negative"),
-    pytest.param({"nudge_at": 2**40, "stop_at": 2**40}, ValueError, id="nudge_at-huge"),
-    pytest.param({"nudge_at": 3, "stop_at": 2, "max_steps": 0}, ValueError, id="order-of-checks"),
-    pytest.param({"nudge_at": 3, "stop_at": 2, "max_steps": "x"}, ValueError, id="order-of-types"),
+    pytest.param(
+        {"window": Number.ZERO},
+        ValueError,
+        "window must be at least 1, got 0",
+        id="window=IntEnum-0",
+    ),
+    pytest.param(
+        {"window": -(10**30)},
+        ValueError,
+        "window must be at least 1, got -1000000000000000000000000000000",
+        id="window-huge-negative",
+    ),
+    pytest.param(
+        {"nudge_at": 2**40, "stop_at": 2**40},
+        ValueError,
+        "stop_at (1099511627776) can never be reached with window=12: "
+        "a window of 12 holds at most 13 occurrences, this one included",
+        id="nudge_at-huge",
+    ),
+    pytest.param(
+        {"nudge_at": 3, "stop_at": 2, "max_steps": 0},
+        ValueError,
+        "stop_at (2) must not be less than nudge_at (3)",
+        id="order-of-checks",
+    ),
+    pytest.param(
+        {"nudge_at": 3, "stop_at": 2, "max_steps": "x"},
+        ValueError,
+        "stop_at (2) must not be less than nudge_at (3)",
+        id="order-of-types",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "error"), INVALID_CONFIGURATIONS)
-def test_invalid_configuration_raises(tw: ModuleType, kwargs: dict[str, Any], error: type) -> None:
-    with pytest.raises(error):
+@pytest.mark.parametrize(("kwargs", "error", "message"), INVALID_CONFIGURATIONS)
+def test_invalid_configuration_raises(
+    tw: ModuleType, kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    """Each backend raises the error and the message written here (the native guard checks
+    the numbers and tools with the reference's helpers, but reads the volatile keys and
+    converts the numbers itself)."""
+    with pytest.raises(error) as caught:
         tw.Guard(**kwargs)
-
-
-@requires_native
-@pytest.mark.parametrize(("kwargs", "error"), INVALID_CONFIGURATIONS)
-def test_invalid_configuration_errors_agree(kwargs: dict[str, Any], error: type) -> None:
-    assert NATIVE is not None
-    native = outcome(NATIVE.Guard, **kwargs)
-    reference = outcome(REFERENCE.Guard, **kwargs)
-    assert reference[0] == error.__name__
-    assert native == reference
+    assert type(caught.value) is error
+    assert str(caught.value) == message
 
 
 def test_configuration_messages(tw: ModuleType) -> None:
@@ -716,7 +888,7 @@ def test_data_arguments_are_positional_only(tw: ModuleType) -> None:
         guard.check_turn(calls=[("a", {})])
     verdict = guard.check("get_logs", {})
     with pytest.raises(TypeError):
-        guard.record(verdict=verdict, result=["x"])
+        guard.keep(verdict=verdict, result=["x"])
     assert guard.steps == 1
 
 
@@ -826,7 +998,7 @@ def test_verdict_repr(tw: ModuleType) -> None:
     assert repr(first) == (
         f"Verdict(action='allow', tool='get_logs', key='{key}', repeats=1, step=1)"
     )
-    guard.record(first, ["line"])
+    guard.keep(first, ["line"])
     turn = guard.check_turn([("get_logs", {"service": "checkout"})] * 2)
     assert repr(turn[1]) == (
         f"Verdict(action='allow', duplicate_of=0, cached=..., tool='get_logs', key='{key}', "
@@ -932,7 +1104,7 @@ BAD_CALLS = [
         id="turn-too-deep",
     ),
     pytest.param(lambda g: g.check_turn(5), TypeError, id="turn-not-iterable"),
-    pytest.param(lambda g: g.record("verdict", ["x"]), TypeError, id="record-not-a-verdict"),
+    pytest.param(lambda g: g.keep("verdict", ["x"]), TypeError, id="keep-not-a-verdict"),
 ]
 
 
@@ -953,7 +1125,7 @@ def test_failed_check_changes_nothing(tw: ModuleType, bad: Any, error: type) -> 
     # list_services is an unknown tool: an allowed call clears the cache, so it goes first.
     remembered = guard.check("list_services", {}, call_id="c1")
     guard.check("build_status", {"build": 7})
-    guard.record(guard.check("get_logs", {"service": "checkout"}), result)
+    guard.keep(guard.check("get_logs", {"service": "checkout"}), result)
     before = state(guard)
     text = repr(guard)
 

@@ -1,4 +1,4 @@
-"""Hostile input (issue #7): nothing crashes, nothing is lost, a failed call changes nothing.
+"""Hostile input: nothing crashes, nothing is lost, a failed call changes nothing.
 
 A guard runs inside other people's production loops. For every hostile input here, on both
 backends: the call raises a clear exception of the right type (the user's own exception
@@ -7,8 +7,8 @@ agree, and a guard given the input is left exactly as it was: same steps, window
 length, and the next checks (a cached read, a repeat) give the verdicts a guard that never
 saw the input gives.
 
-Findings of the fuzzers (fuzz/) and of this suite are regression tests here, marked
-``FINDING n`` with the number used in the fuzz README.
+Findings of the fuzzers (fuzz/) and of this suite are regression tests here, each under the
+behaviour it checks; its docstring ends with the finding's number in fuzz/README.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import contextlib
 import decimal
 import enum
 import gc
+import hashlib
 import json
 import math
 import os
@@ -33,8 +34,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _guards import BACKEND_NAMES, BACKENDS, NATIVE, REFERENCE, requires_native, state
-from tripwire._keys import invalid_json_key
+from _guards import (
+    BACKEND_NAMES,
+    BACKENDS,
+    NATIVE,
+    REFERENCE,
+    raw_text_key_written_out,
+    requires_native,
+    state,
+)
 
 MAX_DEPTH = 256
 DEEP = 1_000_000  # "a million levels"
@@ -267,7 +275,7 @@ class Primed:
         guard = module.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
         for args, result in zip((PAGE_1, PAGE_2), self.results, strict=True):
             verdict = guard.check("get_logs", args)
-            guard.record(verdict, result)
+            guard.keep(verdict, result)
             guard.observe(verdict, result)
         return guard
 
@@ -537,7 +545,7 @@ def test_deep_json_is_checked_not_raised(
     verdicts = [guard.check_json("t", make()) for _ in range(3)]
     assert [v.action for v in verdicts] == ["allow", "nudge", "stop"]
     assert verdicts[0].invalid_arguments == "arguments nested deeper than 256 levels"
-    assert verdicts[0].key == invalid_json_key("t", make())
+    assert verdicts[0].key == raw_text_key_written_out("t", make())
 
 
 @requires_native
@@ -786,22 +794,49 @@ TEXT_SUBCLASSES = [
 ]
 
 
-@requires_native
+# What json.loads makes of each (it calls the subclass's methods), written out: the key of
+# call_key_json or its error, and check_json's key and invalid_arguments (text that does not
+# parse is keyed by its raw text, and the check counts). A KeyboardInterrupt from a method
+# goes through, and the guard counts nothing.
+_LIED = hashlib.sha256(b'{"args":{"lied":true},"tool":"t"}').hexdigest()[:16]
+TEXT_SUBCLASS_OUTCOMES: dict[str, tuple[Any, ...]] = {
+    "str-len-lies": (
+        json.JSONDecodeError,
+        "Extra data: line 1 column 9 (char 8)",
+        ("50f4fe90a3906928", "Extra data: line 1 column 9 (char 8)"),
+    ),
+    "str-startswith-raises": (KeyboardInterrupt, "", KeyboardInterrupt),
+    "str-startswith-lies": (
+        json.JSONDecodeError,
+        "Expecting value: line 1 column 1 (char 0)",
+        ("1040dc8528bf61e5", "Expecting value: line 1 column 1 (char 0)"),
+    ),
+    "bytes-decode-lies": ("ok", _LIED, (_LIED, None)),
+    "bytes-startswith-raises": (KeyboardInterrupt, "", KeyboardInterrupt),
+}
+
+
 @pytest.mark.parametrize(("case", "make"), TEXT_SUBCLASSES, ids=arg_case_ids(TEXT_SUBCLASSES))
-def test_text_subclasses_backends_agree(case: str, make: Callable[[], Any]) -> None:
-    """FINDING 1. ``json.loads`` calls methods of a str or bytes subclass (``startswith``,
-    ``__len__``, ``decode``); the native core reads the characters and calls none of them,
-    so a subclass that lies or raises gets a different key, or no KeyboardInterrupt."""
-    native = outcome(NATIVE.call_key_json, "t", make())
-    reference = outcome(REFERENCE.call_key_json, "t", make())
-    assert native[:2] == reference[:2]
-    native_guard, reference_guard = NATIVE.Guard(), REFERENCE.Guard()
-    native = outcome(native_guard.check_json, "t", make())
-    reference = outcome(reference_guard.check_json, "t", make())
-    assert (native[0] if native[0] != "ok" else fields(native[1])) == (
-        reference[0] if reference[0] != "ok" else fields(reference[1])
-    )
-    assert state(native_guard) == state(reference_guard)
+def test_text_subclasses_are_read_as_json_loads_reads_them(
+    tw: ModuleType, case: str, make: Callable[[], Any]
+) -> None:
+    """Contract test of the Python cold path. ``json.loads`` calls methods of a str or
+    bytes subclass (``startswith``, ``__len__``, ``decode``); the native core once read the
+    characters and called none of them, so a subclass that lied or raised got another key,
+    or no KeyboardInterrupt. It now hands such text to the reference's ``call_key_json``,
+    so both backends run that code here, checked against the literal outcomes above.
+    (fuzz/README.md: finding 1.)"""
+    key_outcome, message, checked = TEXT_SUBCLASS_OUTCOMES[case]
+    assert outcome(tw.call_key_json, "t", make())[:2] == (key_outcome, message)
+    guard = tw.Guard()
+    verdict = outcome(guard.check_json, "t", make())
+    if checked is KeyboardInterrupt:
+        assert verdict[0] is KeyboardInterrupt
+        assert guard.steps == 0
+    else:
+        assert verdict[0] == "ok"
+        assert (verdict[1].key, verdict[1].invalid_arguments) == checked
+        assert guard.steps == 1
 
 
 # -- KeyboardInterrupt from inside a user callback -------------------------------------------------
@@ -906,8 +941,8 @@ def test_results_that_cannot_be_keyed_do_not_raise(module: ModuleType) -> None:
 
 @requires_native
 def test_keyboard_interrupt_in_call_keys_has_no_note() -> None:
-    """FINDING 3. The reference notes ``in call N of call_keys()`` on ``Exception``s only;
-    the native core also adds the note to a KeyboardInterrupt."""
+    """The reference notes ``in call N of call_keys()`` on ``Exception``s only;
+    the native core also adds the note to a KeyboardInterrupt. (fuzz/README.md: finding 3.)"""
     calls = [("t", "{}"), ("t", {"q": split_str("x", interrupt)})]
     native, reference = outcome(NATIVE.call_keys, calls), outcome(REFERENCE.call_keys, calls)
     assert native[0] is reference[0] is KeyboardInterrupt
@@ -964,15 +999,15 @@ class NameLies(str):
     ],
 )
 def test_str_subclass_names_and_call_ids_backends_agree(name: str, call_id: str | None) -> None:
-    """FINDING 2. The reference looks a tool name up in its policies and compares it (and
+    """The reference looks a tool name up in its policies and compares it (and
     call ids) with ``==``, so a str subclass's ``__hash__``/``__eq__`` run, and may raise
     (KeyboardInterrupt, guard unchanged) or lie; the native core compares the characters and
-    runs neither."""
+    runs neither. (fuzz/README.md: finding 2.)"""
     outcomes = []
     result = ["a cached read"]
     for module in (NATIVE, REFERENCE):
         guard = module.Guard(nudge_at=3, stop_at=4, tools=TOOLS)
-        guard.record(guard.check("get_logs", PAGE_1, call_id="c1"), result)
+        guard.keep(guard.check("get_logs", PAGE_1, call_id="c1"), result)
         got = outcome(guard.check, name, PAGE_2, call_id=call_id)
         # A read of get_logs again: served from the cache unless the call above was taken
         # for a call to a tool that may change the world.
@@ -991,9 +1026,9 @@ class NameFormatLies(str):
 
 @requires_native
 def test_str_subclass_names_in_messages_backends_agree() -> None:
-    """FINDING 2, in messages: the reference writes the tool name into a message with an
+    """In messages: the reference writes the tool name into a message with an
     f-string, which calls a str subclass's ``__format__``; the native core joins the
-    characters. (Either may be the fix; they must agree.)"""
+    characters. (Either may be the fix; they must agree.) (fuzz/README.md: finding 2.)"""
     messages = []
     for module in (NATIVE, REFERENCE):
         guard = module.Guard()
@@ -1006,9 +1041,10 @@ def test_str_subclass_names_in_messages_backends_agree() -> None:
 
 
 def popping_result() -> list[Any]:
-    """FINDING 7's input (fuzz_call_key, minimised): a result list holding an int past the
+    """A result list holding an int past the
     digit limit (so its key fails and it is keyed by its repr), and a str whose ``split``
-    pops the list's first item each time it runs."""
+    pops the list's first item each time it runs. (fuzz/README.md: finding 7's input,
+    fuzz_call_key, minimised.)"""
     result: list[Any] = [-314, 10**4300, decimal.Decimal("NaN")]
     result += [split_str("", lambda: result.pop(0) and None), -1910717602451869]
     return result
@@ -1016,11 +1052,12 @@ def popping_result() -> list[Any]:
 
 @requires_native
 def test_observe_of_a_result_whose_callbacks_mutate_it_backends_agree() -> None:
-    """FINDING 7 (fuzz_call_key, after 28 minutes). ``observe`` keys a result; when that
+    """``observe`` keys a result; when that
     fails, the native core hands the result to the reference's ``result_digest``, which keys
     it again from the start: the result's callbacks run twice. Here the second run has
     popped the big int, so the repr the reference cannot write (ValueError) becomes one the
-    native core can: it observes a result where the reference raises."""
+    native core can: it observes a result where the reference raises. (fuzz/README.md:
+    finding 7, fuzz_call_key, after 28 minutes.)"""
     outcomes = []
     for module in (NATIVE, REFERENCE):
         guard = module.Guard()
@@ -1030,8 +1067,9 @@ def test_observe_of_a_result_whose_callbacks_mutate_it_backends_agree() -> None:
 
 
 def test_observe_runs_a_results_callbacks_once(module: ModuleType) -> None:
-    """FINDING 7, directly: a result that cannot be keyed (it holds a set) is keyed by its
-    repr; its str subclass's ``split`` runs once, as in the reference, not once per attempt."""
+    """Directly: a result that cannot be keyed (it holds a set) is keyed by its
+    repr; its str subclass's ``split`` runs once, as in the reference, not once per
+    attempt. (fuzz/README.md: finding 7.)"""
     calls: list[int] = []
     guard = module.Guard()
     verdict = guard.check("t", 1)
@@ -1045,9 +1083,9 @@ def test_observe_runs_a_results_callbacks_once(module: ModuleType) -> None:
 @requires_native
 @pytest.mark.parametrize("window", [2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30])
 def test_absurd_windows_agree(window: int) -> None:
-    """FINDING 6. A window that does not fit a C ``ssize_t`` (2**63 up to 2**64 - 1) is an
+    """A window that does not fit a C ``ssize_t`` (2**63 up to 2**64 - 1) is an
     OverflowError for the reference (its deque's maxlen) but accepted by the native core
-    (a usize). Nothing is allocated up front by either."""
+    (a usize). Nothing is allocated up front by either. (fuzz/README.md: finding 6.)"""
     native = outcome(NATIVE.Guard, window=window)
     reference = outcome(REFERENCE.Guard, window=window)
     assert native[0] == reference[0]
@@ -1113,13 +1151,13 @@ def scenario_deep_json_edge(case: str) -> None:
 @requires_native
 @pytest.mark.parametrize("case", sorted(DEEP_TEXTS))
 def test_deep_json_agrees_at_the_depth_limit(case: str) -> None:
-    """FINDING 5 (fuzz_call_key_json), removed by design (issue 17). Text nested past the
+    """Removed by design (issue 17). Text nested past the
     native parser's 256 levels was handed to json.loads, whose own limit is Python's
     recursion limit, reached one level earlier from Rust than from the reference: at that
     edge the two disagreed. Now opening a container 256 deep raises RecursionError in both,
     under a volatile key too, so json.loads never goes near Python's limit: the edge is
     ours, the same at every stack depth. In a fresh interpreter, whose stack is as shallow
-    as a harness's loop."""
+    as a harness's loop. (fuzz/README.md: finding 5, fuzz_call_key_json.)"""
     isolated("scenario_deep_json_edge", case)
 
 
@@ -1140,10 +1178,11 @@ def scenario_deep_tuples_edge(lists: str) -> None:
 @requires_native
 @pytest.mark.parametrize("lists", ["0", "1", "100", "250"])
 def test_deep_tuples_agree_at_the_depth_limit(lists: str) -> None:
-    """FINDING 4, removed by design (issue 17). Tuples are not normalised, so a deep tuple was
+    """Removed by design (issue 17). Tuples are not normalised, so a deep tuple was
     written by json.dumps, whose limit is Python's recursion limit, one level apart between
     the backends. Now tuples count towards the 256 levels (checked without recursion before
-    json.dumps runs), so the edge is the same in both, and where the lists leave it."""
+    json.dumps runs), so the edge is the same in both, and where the lists leave it.
+    (fuzz/README.md: finding 4.)"""
     isolated("scenario_deep_tuples_edge", lists)
 
 
@@ -1200,7 +1239,7 @@ def test_check_json_gives_every_jsontestsuite_file_a_verdict() -> None:
             if verdict.invalid_arguments is None:
                 assert verdict.key == REFERENCE.call_key("t", json.loads(text)), path.name
             else:
-                assert verdict.key == invalid_json_key("t", text), path.name
+                assert verdict.key == raw_text_key_written_out("t", text), path.name
     assert not failures, "\n".join(failures)
 
 

@@ -1,4 +1,4 @@
-"""Keys from JSON text (issue #4): ``call_key_json``, ``call_keys`` and ``Guard.check_json``.
+"""Keys from JSON text: ``call_key_json``, ``call_keys`` and ``Guard.check_json``.
 
 The contract is ``reference.call_key(name, json.loads(text))`` (docs/design/key.md): for every text
 ``json.loads`` accepts the native key must equal it, and wherever ``json.loads`` raises the

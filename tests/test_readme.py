@@ -70,12 +70,15 @@ def _readme_test_command() -> str:
 
 def _ci_test_command() -> str:
     lines = [
-        line.strip()
+        line
         for line in CI.read_text(encoding="utf-8").splitlines()
         if re.search(r"&& pytest\b", line) and not line.lstrip().startswith("#")
     ]
     assert len(lines) == 1, f"expected one 'pip install ... && pytest' line in .ci/run: {lines}"
-    return lines[0]
+    # At the top level of the script (not indented into an `if` or a function that may not
+    # run), where `set -euo pipefail` makes its failure CI's.
+    assert lines[0] == lines[0].lstrip(), f"the test command is nested in .ci/run: {lines[0]!r}"
+    return lines[0].strip()
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:

@@ -1,4 +1,4 @@
-"""tripwire.redis against a real redis-server (issue 18): no mocks.
+"""tripwire.redis against a real redis-server: no mocks.
 
 The server is Debian's ``redis-server`` (``.ci/run`` installs it), started on loopback on a
 free port by the ``server`` fixture, without persistence, and stopped after. Parity: random
@@ -153,7 +153,7 @@ operations = st.lists(
             st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(ARGS)), max_size=3),
         ),
         st.tuples(st.just("observe"), st.sampled_from(RESULTS)),
-        st.tuples(st.just("record"), st.sampled_from(RESULTS)),
+        st.tuples(st.just("keep"), st.sampled_from(RESULTS)),
         st.tuples(st.just("user_message")),
         st.tuples(st.just("reset")),
     ),
@@ -188,7 +188,7 @@ def test_redis_guard_gives_the_guards_verdicts(server: Server, ops: list[Any], w
             turn_a, turn_b = local.check_turn(op[1]), worker.check_turn(op[1])
             for a, b in zip(turn_a, turn_b, strict=True):
                 same(a, b)
-        elif kind in ("observe", "record") and last is not None:
+        elif kind in ("observe", "keep") and last is not None:
             getattr(local, kind)(last[0], op[1])
             getattr(worker, kind)(last[1], op[1])
         elif kind == "user_message":
@@ -247,6 +247,34 @@ def test_the_async_twin_gives_the_same_verdicts(server: Server) -> None:
     for a, b in zip(asyncio.run(main()), expected, strict=True):
         same(a, b)
     assert steps == [local.steps]
+
+
+def test_record_is_keep_under_its_old_name(server: Server) -> None:
+    """``RedisGuard.record`` and ``AsyncRedisGuard.record``: ``keep``, with a warning."""
+    guard = RedisGuard(server.url, run_id(), tools=TOOLS)
+    verdict = guard.check("get_logs", ARGS[0])
+    guard.observe(verdict, ["kept"])
+    with pytest.warns(DeprecationWarning, match=r"Guard\.keep\(\)"):
+        guard.record(verdict, ["kept"])
+    guard.user_message()
+    assert guard.check("get_logs", ARGS[0]).cached == ["kept"]
+
+    async def main() -> Any:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(server.url)
+        guard = AsyncRedisGuard(client, run_id(), tools=TOOLS)
+        verdict = await guard.check("get_logs", ARGS[0])
+        await guard.observe(verdict, ["kept"])
+        with pytest.warns(DeprecationWarning, match=r"Guard\.keep\(\)"):
+            await guard.record(verdict, ["kept"])
+        await guard.user_message()
+        again = await guard.check("get_logs", ARGS[0])
+        await guard.aclose()
+        await client.aclose()
+        return again.cached
+
+    assert asyncio.run(main()) == ["kept"]
 
 
 # -- concurrency ------------------------------------------------------------------------------
@@ -328,7 +356,7 @@ def test_a_dead_server_is_a_clear_error_or_an_unguarded_allow_and_the_run_goes_o
         verdict = allowing.check("get_logs", {"a": 1}, call_id="c")
         assert isinstance(verdict, Unguarded)
         assert (verdict.action, verdict.step, verdict.consulted) == ("allow", 0, False)
-        assert verdict.key == tripwire.call_key("get_logs", {"a": 1})
+        assert verdict.key == "bc4770e0b85eecc8"  # the call's key, as the live guard gives it
         allowing.observe(verdict, "ok")  # ignored
         allowing.user_message()  # dropped
         assert time.monotonic() - started < 5, "nothing hangs"

@@ -19,6 +19,7 @@ from _traces import (
     codex_edit_undo,
     edit_undo_events,
     fruitless_search_responses,
+    run_calls,
     write_doc,
 )
 from hypothesis import HealthCheck, given, settings
@@ -500,10 +501,16 @@ def test_example_input_grows_every_step() -> None:
 
 
 def test_prices_are_configurable() -> None:
+    """$1 in and $5 out per million tokens: the example's usage figures (summed here from
+    the file) are 834,821 tokens in and 11,706 out, so $0.834821 + $0.058530."""
+    rows = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+    usage = [row["usage"] for row in rows if "usage" in row]
+    tokens = (sum(u["input_tokens"] for u in usage), sum(u["output_tokens"] for u in usage))
+    assert tokens == (834_821, 11_706)
     settings = Settings(prices=Prices(input=1.0, output=5.0))
     run = one(replay([str(EXAMPLE)], settings))
-    tokens_in = run.input_tokens
-    assert run.cost == pytest.approx((tokens_in * 1.0 + run.output_tokens * 5.0) / 1e6)
+    assert (run.input_tokens, run.output_tokens) == tokens
+    assert run.cost == pytest.approx(0.893351)
 
 
 # -- each format ----------------------------------------------------------------------------
@@ -958,10 +965,11 @@ def test_events_field_aliases_and_custom_tools(tmp_path: Path) -> None:
     ),
     as_document=st.booleans(),
 )
-def test_no_input_raises(
+def test_any_input_gets_a_report_whose_counts_add_up(
     tmp_path_factory: pytest.TempPathFactory, lines: list[str], as_document: bool
 ) -> None:
-    """Whatever the file holds, the replay reports and never raises."""
+    """Whatever the file holds, the replay reports and never raises; the report is the same
+    for the same input, and its totals are the sums of its parts."""
     path = tmp_path_factory.mktemp("fuzz") / "trace"
     if as_document:
         text = "[\n" + ",\n".join(line for line in lines if _is_json(line)) + "\n]\n"
@@ -969,8 +977,41 @@ def test_no_input_raises(
         text = "\n".join(lines) + "\n"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     report = replay([str(path)])
-    to_json(report)
-    render(report)
+    data = to_json(report)
+    # The same input twice: the same report, in data and as text.
+    again = replay([str(path)])
+    assert to_json(again) == data
+    assert render(again) == render(report)
+
+    (file,) = data["files"]
+    runs, summary = data["runs"], data["summary"]
+    if not as_document:
+        assert file["lines"] == text.count("\n")
+    # Every problem is counted in its file's count; the listed ones are some of them.
+    assert data["problems_total"] == file["problems"] >= len(data["problems"])
+    assert summary["runs"] == len(runs) == file["runs"]
+    for name in ("steps", "steps_saved", "model_calls", "model_calls_saved", "results"):
+        assert summary[name] == sum(run[name] for run in runs), name
+    stopped = [run for run in runs if run["stop_step"] is not None]
+    nudged = [run for run in runs if run["nudges"] > 0]
+    assert summary["stopped"] == len(stopped) == sum(summary["reasons"].values())
+    assert summary["stopped"] == sum(tool["stops"] for tool in data["tools"])
+    assert summary["nudged"] == len(nudged)
+    assert summary["nudged_only"] == len([run for run in nudged if run["stop_step"] is None])
+    assert sum(tool["nudges"] for tool in data["tools"]) == sum(run["nudges"] for run in runs)
+    for run in runs:
+        # A verdict per step: nudges and the stop are steps of the run.
+        assert 0 <= run["nudges"] <= run["steps"]
+        assert (run["nudge_step"] is None) == (run["nudges"] == 0)
+        if run["nudge_step"] is not None:
+            assert 1 <= run["nudge_step"] <= run["steps"]
+        if run["stop_step"] is None:
+            assert (run["reason"], run["tool"], run["steps_saved"]) == (None, None, 0)
+        else:
+            assert 1 <= run["stop_step"] <= run["steps"]
+            # The stopped call and every one after it were saved.
+            assert run["steps_saved"] == run["steps"] - run["stop_step"] + 1
+            assert run["reason"] in summary["reasons"]
 
 
 # A JSON integer longer than Python converts to an int (4,300 digits by default).
@@ -1052,26 +1093,21 @@ def test_replay_reads_what_the_trace_says(
     assert report.problems_total == 0
     run = one(report)
 
-    guard = Settings().guard()
-    nudges: list[int] = []
-    stop: tripwire.Verdict | None = None
-    results = 0
+    script: list[dict[str, Any]] = []
     for tool, args_text, result_text in calls:
+        call: dict[str, Any] = {"tool": tool}
         if chat:
-            verdict = guard.check_json(tool, args_text)
+            call["text"] = args_text
         else:
             args = json.loads(args_text, parse_int=_long_int)
             args = {} if args is None else args
-            is_text = type(args) is str
-            verdict = guard.check_json(tool, args) if is_text else guard.check(tool, args)
-        if verdict.action == "stop":
-            stop = verdict
-            break
-        results += 1
-        if verdict.action == "nudge":
-            nudges.append(verdict.step)
-        else:
-            guard.observe(verdict, content_value(json.loads(result_text, parse_int=_long_int)))
+            call["text" if type(args) is str else "args"] = args
+        call["result"] = content_value(json.loads(result_text, parse_int=_long_int))
+        script.append(call)
+    verdicts = run_calls(Settings().guard(), script)
+    stop = verdicts[-1] if verdicts[-1].action == "stop" else None
+    nudges = [verdict.step for verdict in verdicts if verdict.action == "nudge"]
+    results = len(verdicts) - (stop is not None)
     assert (run.nudges, run.nudge_step) == (len(nudges), nudges[0] if nudges else None)
     assert (run.stop_step, run.reason, run.tool) == (
         (stop.step, stop.reason, stop.tool) if stop else (None, None, None)

@@ -1,4 +1,4 @@
-"""The live guard and ``tripwire replay`` give the same verdicts on the same trace (issue 16).
+"""The live guard and ``tripwire replay`` give the same verdicts on the same trace.
 
 A Claude Code session (a faithful reduction of the format: JSONL lines of ``user`` and
 ``assistant`` messages, ``tool_use`` and ``tool_result`` blocks with ``is_error``, human text

@@ -1,5 +1,5 @@
 """``volatile_result_keys``: result fields that change between identical calls (a fetch
-time, a request id), dropped before ``observe`` compares results (issue 30).
+time, a request id), dropped before ``observe`` compares results.
 
 Without the setting a tool whose every answer carries the current time looks like progress
 to ``observe``: the same call repeated with nothing between is never stopped. Every test
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import tripwire
 from _guards import NATIVE, REFERENCE, backend, requires_native
+from _traces import run_calls
 
 TIME = "get_current_time"
 ARGS = {"timezone": "Europe/London"}
@@ -34,16 +35,11 @@ def clock_result(second: int) -> dict[str, Any]:
 def run(guard: Any, results: list[Any], name: str = TIME, args: Any = ARGS) -> list[str]:
     """A cycle: the call, then a shell command whose output never changes, once per result;
     each allowed call observed. The verdicts, as action[/reason]."""
-    shown = []
+    calls = []
     for result in results:
-        for tool, arguments, answer in ((name, args, result), ("Bash", {"command": "ls"}, "a")):
-            verdict = guard.check(tool, arguments)
-            shown.append(verdict.action + (f"/{verdict.reason}" if verdict.reason else ""))
-            if verdict.action == "stop":
-                return shown
-            if verdict.action == "allow":
-                guard.observe(verdict, answer)
-    return shown
+        calls.append({"tool": name, "args": args, "result": result})
+        calls.append({"tool": "Bash", "args": {"command": "ls"}, "result": "a"})
+    return [v.action + (f"/{v.reason}" if v.reason else "") for v in run_calls(guard, calls)]
 
 
 # Laps of a cycle with the same results stop it (no_progress) at the fifth call; with a clock

@@ -1,4 +1,4 @@
-"""Guard state as data (issue 18): snapshots, restores, loads and pickling, on both backends.
+"""Guard state as data: snapshots, restores, loads and pickling, on both backends.
 
 That a restored guard goes on giving the uninterrupted one's verdicts, across backends, is the
 parity state machine's ``restore_from_the_other`` rule; here: the API's edges, and fuzzing
@@ -37,7 +37,7 @@ def busy(impl: ModuleType) -> Any:
         verdict = guard.check("deploy", {"n": i}, call_id=f"call-{i}")
         guard.observe(verdict, "Error: 503 try again later" if i % 5 == 0 else f"ok {i % 3}")
     read = guard.check("get_logs", {"service": "checkout"}, call_id="r1")
-    guard.record(read, {"rows": [1, 2.5, None, "é\ud800"]})
+    guard.keep(read, {"rows": [1, 2.5, None, "é\ud800"]})
     guard.observe(read, [])
     guard.check("build", {"id": 1})
     guard.user_message()
@@ -74,7 +74,7 @@ def verdicts_of_every_kind(impl: ModuleType) -> list[Any]:
     guard = impl.Guard(tools=TOOLS, max_steps=40, nudge_at=3, stop_at=4)
     kept = []
     read = guard.check("get_logs", {"service": "checkout"}, call_id="r1")
-    guard.record(read, {"rows": [1, 2.5, None, "é\ud800"]})
+    guard.keep(read, {"rows": [1, 2.5, None, "é\ud800"]})
     kept += [read, guard.check("get_logs", {"service": "checkout"}, call_id="r2")]
     kept += guard.check_turn([("ünï", "{broken", "e1"), ("ünï", "{broken", "e2")])
     for i in range(4):
@@ -179,7 +179,7 @@ def test_results_that_are_not_json_values_are_left_out(impl: ModuleType) -> None
         guard = impl.Guard(tools={"get_logs": "read"}, nudge_at=3, stop_at=4)
         verdict = guard.check("get_logs", {"a": 1})
         if result is not None:
-            guard.record(verdict, result)
+            guard.keep(verdict, result)
         return guard
 
     assert guard_with(("a", "tuple")).snapshot() == guard_with(None).snapshot()

@@ -1,5 +1,5 @@
-"""Run state the guard cannot produce is refused, counts saturate, per-call counts are bounded
-(issue 26, findings 3 and 6), the same on both backends.
+"""Run state the guard cannot produce is refused, counts saturate, per-call counts are bounded,
+the same on both backends (the state fuzzer's findings 3 and 6 among them).
 
 Inconsistent states are made as the state + operations fuzzer makes them
 (``fuzz/fuzz_guard_state.py``): a reference guard's state edited, then written with the

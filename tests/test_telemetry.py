@@ -1,4 +1,4 @@
-"""Telemetry (issue 20): each nudge and stop is a ``gen_ai.guardrail.result`` event on the
+"""Telemetry: each nudge and stop is a ``gen_ai.guardrail.result`` event on the
 current span and a count labelled only by action, reason and tool, read back with the
 OpenTelemetry SDK's in-memory exporters, through each adapter."""
 
@@ -89,7 +89,7 @@ def test_seed_loop_events_and_counts(spans: Any) -> None:
     with tracer.start_as_current_span("agent run"):
         for i, args in enumerate(SEED_ARGS):
             verdict = guard.check("get_logs", args, call_id=f"c{i}")
-            telemetry.record(verdict)
+            telemetry.emit(verdict)
             if verdict.action == "allow":
                 guard.observe(verdict, [])
     seen = events(exporter)
@@ -105,7 +105,7 @@ def test_seed_loop_events_and_counts(spans: Any) -> None:
         "gen_ai.guardrail.reason": "loop_detected",
         "gen_ai.tool.name": "get_logs",
         "gen_ai.tool.call.id": "c3",
-        "tripwire.key": tripwire.call_key("get_logs", SEED_ARGS[0]),
+        "tripwire.key": "20d17ea0860485d4",  # the seed's get_logs call (docs/key.md)
         "tripwire.repeats": 4,
         "tripwire.step": 4,
     }
@@ -128,8 +128,20 @@ def test_allowed_calls_record_nothing(spans: Any) -> None:
     before = counts()
     with tracer.start_as_current_span("run"):
         guard = tripwire.Guard()
-        telemetry.record_turn(guard.check_turn([("get_logs", {"a": 1}), ("get_logs", {"a": 2})]))
+        telemetry.emit_turn(guard.check_turn([("get_logs", {"a": 1}), ("get_logs", {"a": 2})]))
     assert events(exporter) == [] and counts() == before
+
+
+def test_record_and_record_turn_are_emit_under_their_old_names(spans: Any) -> None:
+    tracer, exporter = spans
+    guard = tripwire.Guard()
+    first, nudge = (guard.check("get_logs", {"a": 1}, call_id=f"c{i}") for i in range(2))
+    with tracer.start_as_current_span("run"):
+        with pytest.warns(DeprecationWarning, match=r"telemetry\.record\(\) is deprecated"):
+            telemetry.record(nudge)
+        with pytest.warns(DeprecationWarning, match=r"record_turn\(\) is deprecated"):
+            telemetry.record_turn([first, nudge])
+    assert [e["gen_ai.tool.call.id"] for e in events(exporter)] == ["c1", "c1"]
 
 
 def _chat(calls: list[tuple[str, str, Any]]) -> dict[str, Any]:
@@ -150,7 +162,7 @@ def test_sdk_adapter_records_each_decision_once(spans: Any) -> None:
         for turn in range(3):
             answered = chat_turn(guard, _chat([(f"a{turn}", "get_logs", SEED_ARGS[0])]))
             for call in answered.to_run:
-                answered.record(call, [])
+                answered.observe(call, [])
         # Stopped, with a copy of the stopped call and another call pending: one stop.
         chat_turn(
             guard,
@@ -255,7 +267,7 @@ def test_without_opentelemetry_nothing_is_recorded() -> None:
         "import tripwire, tripwire.telemetry as t\n"
         "g = tripwire.Guard()\n"
         "vs = [g.check('get_logs', {}) for _ in range(3)]\n"
-        "t.record_turn(vs); t.record(vs[-1])\n"
+        "t.emit_turn(vs); t.emit(vs[-1])\n"
         "print(t.ENABLED)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

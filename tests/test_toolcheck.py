@@ -1,4 +1,4 @@
-"""``tripwire.testing.check_tool`` on small tools with known lies (issue 30): each lie found,
+"""``tripwire.testing.check_tool`` on small tools with known lies: each lie found,
 shrunk to a minimal pair, and given the policy that makes the key truthful; an honest tool
 passes clean. The policies it suggests are taken by the guard of both backends.
 """

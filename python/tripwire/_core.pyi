@@ -4,6 +4,8 @@ has the same API and documents the behaviour."""
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, final
 
+from typing_extensions import deprecated
+
 MAX_DEPTH: Final[int]
 CALL_ID_MEMORY: Final[int]
 CACHE_ENTRIES: Final[int]
@@ -74,6 +76,8 @@ class Guard:
         self, name: str, text: str | bytes | bytearray, /, *, call_id: str | None = None
     ) -> Verdict: ...
     def check_turn(self, calls: Iterable[Sequence[Any]], /) -> list[Verdict]: ...
+    def keep(self, verdict: Verdict, result: Any, /) -> None: ...
+    @deprecated("Guard.record() is deprecated: use Guard.keep(), which does the same")
     def record(self, verdict: Verdict, result: Any, /) -> None: ...
     def observe(
         self,

@@ -68,6 +68,7 @@ observed or a snapshot is taken): the check's fast path never computes one.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -94,6 +95,7 @@ from tripwire._keys import (
 )
 from tripwire._locking import ChangeLock
 from tripwire._messages import (
+    DEPRECATED_RECORD,
     REENTERED,
     Action,
     Detail,
@@ -142,6 +144,7 @@ __all__ = (
     "CALL_ID_MEMORY",
     "COUNTED_CALLS",
     "DEFAULT_MAX_POLLS",
+    "DEPRECATED_RECORD",
     "INFERRED_TOOLS",
     "POLICIES",
     "REENTERED",
@@ -660,12 +663,12 @@ class Guard:
 
     # -- results --------------------------------------------------------------------------
 
-    def record(self, verdict: Verdict, result: Any, /) -> None:
-        """Remembers the result of an allowed call to a tool declared ``read``, so a later
-        allowed check of the same call carries it in ``Verdict.cached``. Other tools
-        (inferred reads too: whether a read outlives the run is for its author to say):
-        nothing."""
-        check_verdict("record", verdict, Verdict)
+    def keep(self, verdict: Verdict, result: Any, /) -> None:
+        """Keeps the result of an allowed call to a tool declared ``read`` in the run's read
+        cache, so a later allowed check of the same call carries it in ``Verdict.cached``
+        (to serve instead of running the tool). Other tools (inferred reads too: whether a
+        read outlives the run is for its author to say): nothing."""
+        check_verdict("keep", verdict, Verdict)
         policy = self._tools.get(verdict.tool)
         if verdict.action != "allow" or result is None or policy is None or policy.kind != "read":
             return
@@ -675,6 +678,11 @@ class Guard:
             self._cache.move_to_end(verdict.key)
             if len(self._cache) > CACHE_ENTRIES:
                 self._let_go(self._cache.popitem(last=False))
+
+    def record(self, verdict: Verdict, result: Any, /) -> None:
+        """Deprecated: ``keep``, under its old name."""
+        warnings.warn(DEPRECATED_RECORD, DeprecationWarning, stacklevel=2)
+        self.keep(verdict, result)
 
     def observe(
         self,

@@ -29,6 +29,10 @@ REENTERED: Final = (
     "counted: make the call after the first one returns, or give the callback its own guard"
 )
 
+# ``Guard.record`` was ``keep``'s name (it never recorded a call): kept for a while, warned.
+# The native guard writes the same text (tests/test_guard.py checks they agree).
+DEPRECATED_RECORD: Final = "Guard.record() is deprecated: use Guard.keep(), which does the same"
+
 _ORDINALS: Final = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 _DO_NOT_REPEAT: Final = (

@@ -5,7 +5,7 @@ backends: the native guard calls ``check_tools`` and ``infer_policy``.
 A policy says what a call may do to the world, which is what tells a loop from progress:
 
 - ``read``: changes nothing; its repeats with nothing between are refused unseen. Declared
-  reads may also be served from the run's result cache (``Guard.record``).
+  reads may also be served from the run's result cache (``Guard.keep``).
 - ``volatile``: a read whose answer moves on its own (builds, queues, live metrics); never
   cached.
 - ``poll``: a volatile read meant to be repeated while waiting, up to ``max_polls`` a run.

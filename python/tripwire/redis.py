@@ -21,7 +21,7 @@ this guard's (written by a worker whose guard has another configuration, or corr
 - ``on_error="allow"``: the call goes ahead. ``check`` returns an ``Unguarded`` verdict:
   ``action == "allow"``, ``step == 0`` and ``repeats == 0`` (which no consulted verdict
   has), ``consulted`` False and ``error`` the cause, with the call's own tool, key and call
-  id. ``observe``/``record`` ignore it; ``observe``, ``record``, ``user_message`` and
+  id. ``observe``/``keep`` ignore it; ``observe``, ``keep``, ``user_message`` and
   ``reset`` are dropped while the guard cannot be consulted. Each outage is logged once
   (warning, logger ``tripwire.redis``), and its end too.
 
@@ -53,6 +53,7 @@ import math
 import os
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -69,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 import tripwire
 from tripwire._locking import ChangeLock
+from tripwire._messages import DEPRECATED_RECORD
 from tripwire._snapshot import SnapshotError
 
 __all__ = (
@@ -460,10 +462,15 @@ class RedisGuard(_Base):
             return
         self._run(lambda g: g.observe(verdict, result, error=error, transient=transient), _none)
 
-    def record(self, verdict: Any, result: Any, /) -> None:
+    def keep(self, verdict: Any, result: Any, /) -> None:
         if isinstance(verdict, Unguarded):
             return
-        self._run(lambda g: g.record(verdict, result), _none)
+        self._run(lambda g: g.keep(verdict, result), _none)
+
+    def record(self, verdict: Any, result: Any, /) -> None:
+        """Deprecated: ``keep``, under its old name."""
+        warnings.warn(DEPRECATED_RECORD, DeprecationWarning, stacklevel=2)
+        self.keep(verdict, result)
 
     def user_message(self) -> None:
         self._run(lambda g: g.user_message(), _none)
@@ -566,10 +573,15 @@ class AsyncRedisGuard(_Base):
             lambda g: g.observe(verdict, result, error=error, transient=transient), _none
         )
 
-    async def record(self, verdict: Any, result: Any, /) -> None:
+    async def keep(self, verdict: Any, result: Any, /) -> None:
         if isinstance(verdict, Unguarded):
             return
-        await self._run(lambda g: g.record(verdict, result), _none)
+        await self._run(lambda g: g.keep(verdict, result), _none)
+
+    async def record(self, verdict: Any, result: Any, /) -> None:
+        """Deprecated: ``keep``, under its old name."""
+        warnings.warn(DEPRECATED_RECORD, DeprecationWarning, stacklevel=2)
+        await self.keep(verdict, result)
 
     async def user_message(self) -> None:
         await self._run(lambda g: g.user_message(), _none)

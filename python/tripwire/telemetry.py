@@ -11,13 +11,15 @@
   id or key, whose values are unbounded (each would be a new time series).
 
 The adapters (``tripwire.adapters.*``) call these for every decision they ask the guard
-for; a hand-written loop calls ``record_turn`` with the verdicts of ``check_turn`` (or
-``record`` with one ``check``'s). Nothing is recorded for calls that were allowed: a loop
+for; a hand-written loop calls ``emit_turn`` with the verdicts of ``check_turn`` (or
+``emit`` with one ``check``'s). Nothing is emitted for calls that were allowed: a loop
 guard's telemetry is about the runs it acted on, and allowed calls are the tools' own spans.
+``record`` and ``record_turn`` are their old names (deprecated: they warn, then do the same).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -28,7 +30,7 @@ except ImportError:  # pragma: no cover - exercised where opentelemetry-api is a
     _metrics = None  # type: ignore[assignment]
     _trace = None  # type: ignore[assignment]
 
-__all__ = ("COUNTER", "ENABLED", "EVENT", "record", "record_turn")
+__all__ = ("COUNTER", "ENABLED", "EVENT", "emit", "emit_turn", "record", "record_turn")
 
 EVENT: Final = "gen_ai.guardrail.result"
 COUNTER: Final = "tripwire.guard.results"
@@ -54,7 +56,7 @@ def _results_counter() -> Any:
     return _counter
 
 
-def record(verdict: Any) -> None:
+def emit(verdict: Any) -> None:
     """One verdict: an event on the current span and a count, if it is a nudge or a stop."""
     if _trace is None or verdict.action == "allow":
         return
@@ -80,15 +82,35 @@ def record(verdict: Any) -> None:
     _results_counter().add(1, labels)
 
 
-def record_turn(verdicts: Iterable[Any]) -> None:
+def emit_turn(verdicts: Iterable[Any]) -> None:
     """The verdicts of one turn (``Guard.check_turn``), each decision once: a copy of
     another call of the turn (``duplicate_of``) is that call's decision, and a stop is
-    recorded for the call that met it, not again for each call it leaves unanswered."""
+    emitted for the call that met it, not again for each call it leaves unanswered."""
     if _trace is None:
         return
     for verdict in verdicts:
         if verdict.action == "allow" or verdict.duplicate_of is not None:
             continue
-        record(verdict)
+        emit(verdict)
         if verdict.action == "stop":
             return
+
+
+def record(verdict: Any) -> None:
+    """Deprecated: ``emit``, under its old name."""
+    warnings.warn(
+        "tripwire.telemetry.record() is deprecated: use tripwire.telemetry.emit()",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    emit(verdict)
+
+
+def record_turn(verdicts: Iterable[Any]) -> None:
+    """Deprecated: ``emit_turn``, under its old name."""
+    warnings.warn(
+        "tripwire.telemetry.record_turn() is deprecated: use tripwire.telemetry.emit_turn()",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    emit_turn(verdicts)

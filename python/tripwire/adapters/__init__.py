@@ -18,7 +18,7 @@ Where a framework owns the loop, the adapter goes where it lets code in:
   (``ClaudeAgentOptions(hooks=claude_agent.hooks(Guard()))``), the protocol of
   ``tripwire hook claude-code`` in process; ``pip install 'tripwire[claude]'``.
 
-Each nudge and stop they get is recorded by ``tripwire.telemetry`` where OpenTelemetry is
+Each nudge and stop they get is emitted by ``tripwire.telemetry`` where OpenTelemetry is
 installed.
 
 They need no client and make no request: they read the SDK's objects (or their dicts) and

@@ -1,23 +1,26 @@
 """One model turn through a guard, whatever the SDK: the calls it asked for, the verdicts,
-the results the harness records, and one answer for every call id.
+the results the harness observes, and one answer for every call id.
 
 Every provider wants exactly one result per call id in the next request, so ``answers``
-answers each: a call that ran with its result; a nudged call with the guard's message, as an
-error; a copy of another call in the same turn (``duplicate_of``) with that call's result (it
-ran once); a call whose arguments were not valid JSON with what was wrong (it cannot run);
-and on a stop, every call the stop left pending with the stop's message.
+answers each: a call that ran with its result; a call the guard served from its read cache
+(``verdict.cached``: the kept result of the same call to a declared ``read`` tool) with that
+result, without running it, as the MCP adapter does; a nudged call with the guard's message,
+as an error; a copy of another call in the same turn (``duplicate_of``) with that call's
+result (it ran once); a call whose arguments were not valid JSON with what was wrong (it
+cannot run); and on a stop, every call the stop left pending with the stop's message.
 """
 
 from __future__ import annotations
 
 import decimal
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 import tripwire
-from tripwire.telemetry import record_turn
+from tripwire.telemetry import emit_turn
 
 
 def field_of(obj: Any, name: str) -> Any:
@@ -128,12 +131,16 @@ class Turn:
         """``calls``: ``(id, name, arguments)``, arguments as the SDK holds them (JSON text
         or a dict)."""
         verdicts = guard.check_turn([(name, raw, call_id) for call_id, name, raw in calls])
-        record_turn(verdicts)
+        emit_turn(verdicts)
         turn = cls(guard, [])
         for index, ((call_id, name, raw), verdict) in enumerate(zip(calls, verdicts, strict=True)):
             call = ToolCall(call_id, name, _parsed(raw, verdict), verdict, index)
             turn.calls.append(call)
             if verdict.action != "allow" or verdict.duplicate_of is not None:
+                continue
+            if verdict.cached is not None:
+                # Served from the guard's read cache: the tool is not run again.
+                turn._results[index] = (verdict.cached, False)
                 continue
             if verdict.invalid_arguments is None:
                 turn.to_run.append(call)
@@ -158,7 +165,7 @@ class Turn:
         """The run must end: send no further request (or only the answers, for a summary)."""
         return self.stop is not None
 
-    def record(
+    def observe(
         self,
         call: ToolCall | str,
         result: Any,
@@ -168,21 +175,45 @@ class Turn:
         transient: bool | None = None,
     ) -> None:
         """The result of a call that ran (``call``: the ``ToolCall`` or its id), told to the
-        guard (``Guard.observe``: ``error`` and ``transient`` as it takes them) and kept for
+        guard (``Guard.observe``: ``error`` and ``transient`` as it takes them), kept in its
+        read cache where the tool is declared ``read`` (``Guard.keep``), and kept for
         ``answers``."""
         index = call.index if isinstance(call, ToolCall) else self._index(call)
         verdict = self.calls[index].verdict
         if verdict.action != "allow" or verdict.duplicate_of is not None:
             raise ValueError(f"call {self.calls[index].id!r} was not to run ({verdict.action})")
+        if verdict.cached is not None:
+            raise ValueError(
+                f"call {self.calls[index].id!r} was not to run (served from the guard's read cache)"
+            )
         if error is None and transient is None:  # the common case, without keywords
             self.guard.observe(verdict, result)
         else:
             self.guard.observe(verdict, result, error=error, transient=transient)
         failed = error is not None and error is not False
+        if not failed and self.guard.policy_of(verdict.tool) == ("read", "declared"):
+            self.guard.keep(verdict, result)
         if result is None and failed and error is not True:
             # The error is all there is to tell the model.
             result = error if isinstance(error, str) else _error_text(error)
         self._results[index] = (result, failed)
+
+    def record(
+        self,
+        call: ToolCall | str,
+        result: Any,
+        /,
+        *,
+        error: Any = None,
+        transient: bool | None = None,
+    ) -> None:
+        """Deprecated: ``observe``, under its old name."""
+        warnings.warn(
+            "Turn.record() is deprecated: use Turn.observe(), which does the same",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.observe(call, result, error=error, transient=transient)
 
     def _index(self, call: ToolCall | str) -> int:
         for index, known in enumerate(self.calls):
@@ -192,7 +223,7 @@ class Turn:
 
     def answers(self) -> list[Answer]:
         """One answer per call id, in the order of the calls. Raises ``ValueError`` naming a
-        call that ran but whose result was not recorded."""
+        call that ran but whose result was not observed."""
         return [Answer(*answer) for answer in self._answers()]
 
     def _answers(self) -> list[tuple[str, str, bool]]:

@@ -19,7 +19,10 @@ call's verdict:
 
 - allow: the tool runs; a tool output guardrail observes what it returned
   (``Guard.observe``; the SDK's default error text for a tool that raised is observed as a
-  failure);
+  failure), and keeps it where the tool is declared ``read`` (``Guard.keep``);
+- allow, served from the guard's read cache (``verdict.cached``: the kept result of the same
+  call to a declared ``read`` tool): not run; answered with that result
+  (``reject_content`` with its text), as every adapter does;
 - a copy of another call of the same response: not run; answered with that call's result
   once it is in (``reject_content`` with the result's text);
 - nudge: not run; answered with the guard's message (``reject_content``);
@@ -64,7 +67,7 @@ from agents.tool import default_tool_error_function
 
 import tripwire
 from tripwire.adapters._turn import as_text
-from tripwire.telemetry import record, record_turn
+from tripwire.telemetry import emit, emit_turn
 
 __all__ = ("GUARDRAIL_NAME", "AgentGuard", "guard_agent", "stop_of")
 
@@ -192,7 +195,7 @@ class AgentGuard:
         if not calls:
             return []
         verdicts: list[tripwire.Verdict] = run.guard.check_turn(calls)
-        record_turn(verdicts)
+        emit_turn(verdicts)
         loop = asyncio.get_running_loop()
         for (_, _, call_id), verdict in zip(calls, verdicts, strict=True):
             run.verdicts[call_id] = verdict
@@ -215,7 +218,7 @@ class AgentGuard:
             verdict = run.guard.check_json(
                 context.tool_name, context.tool_arguments, call_id=call_id
             )
-            record(verdict)
+            emit(verdict)
         if verdict.action == "stop":
             return ToolGuardrailFunctionOutput.raise_exception(output_info=verdict)
         if verdict.action == "nudge":
@@ -223,6 +226,15 @@ class AgentGuard:
                 verdict.message or "", output_info=verdict
             )
         original = run.originals.pop(call_id, None)
+        if original is None and verdict.cached is not None:
+            # Served from the guard's read cache (a declared read's kept result): not run,
+            # and a copy of this call in the response gets the same answer.
+            future = run.results.get(call_id)
+            if future is not None:
+                _settle(future, verdict.cached)
+            return ToolGuardrailFunctionOutput.reject_content(
+                as_text(verdict.cached), output_info=verdict
+            )
         if original is not None:
             result = await _result_of(run, original)
             if result is not _NO_RESULT:
@@ -247,6 +259,9 @@ class AgentGuard:
             output = data.output
             failed = True if isinstance(output, str) and output == _SDK_TOOL_ERROR else None
             run.guard.observe(verdict, output, error=failed)
+            if not failed and run.guard.policy_of(verdict.tool) == ("read", "declared"):
+                # Kept for a later allowed repeat, served from the guard (see _check).
+                run.guard.keep(verdict, output)
             future = run.results.get(call_id)
             if future is not None:
                 _settle(future, output)

@@ -4,13 +4,13 @@
 
     turn = tripwire.adapters.anthropic.message_turn(guard, message)
     for call in turn.to_run:
-        turn.record(call, run_tool(call.name, call.arguments))
+        turn.observe(call, run_tool(call.name, call.arguments))
     messages += [{"role": "assistant", "content": message.content}, turn.user_message()]
     if turn.stopped: ...  # the run must end
 
 Takes a ``Message`` or its dict, a streamed one once accumulated
 (``stream.get_final_message()``), and needs no client. Nudges and stops are ``tool_result``
-blocks with ``is_error``; results recorded with ``error=`` are sent with ``is_error`` too.
+blocks with ``is_error``; results observed with ``error=`` are sent with ``is_error`` too.
 """
 
 from __future__ import annotations

@@ -13,12 +13,16 @@ runs:
 - an identical copy of another call of the turn is not run either: it is given that call's
   result (its answer is put in place before the next model call);
 - a stop answers every tool call id of the turn with the stop's message, adds an
-  ``AIMessage`` that says why the run stopped, and ends the run (``jump_to: "end"``).
+  ``AIMessage`` that says why the run stopped, and ends the run (``jump_to: "end"``);
+- a call the guard serves from its read cache (``verdict.cached``: the kept result of the
+  same call to a tool declared ``read``) is answered with that result and not run, as every
+  adapter does.
 
 Before the next model call (``before_model``) the calls that ran are observed from their
-``ToolMessage``s (``status="error"`` is a failure), and a person's new message is told to the
-guard (``Guard.user_message``; a new message after a stop starts the guard afresh: the person
-has seen why it stopped).
+``ToolMessage``s (``status="error"`` is a failure; a declared read's successful content is
+kept, ``Guard.keep``), and a person's new message is told to the guard
+(``Guard.user_message``; a new message after a stop starts the guard afresh: the person has
+seen why it stopped).
 
 The guard lives in the agent's state (``tripwire_guard``: its snapshot, ``Guard.snapshot``),
 not in the middleware: it is checkpointed with the run, survives a resume in another process,
@@ -35,7 +39,8 @@ from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 import tripwire
-from tripwire.telemetry import record_turn
+from tripwire.adapters._turn import as_text
+from tripwire.telemetry import emit_turn
 
 __all__ = ("LoopGuardMiddleware", "LoopGuardState")
 
@@ -46,6 +51,9 @@ _COPY_ID = "tripwire-copy-"
 # counts a call checked again under its id after a nudge (the model repeating itself), so
 # ``before_model`` must know which calls were nudged without checking them again.
 _NUDGE_ID = "tripwire-nudge-"
+# The id of the answer a call served from the guard's read cache is given: it did not run,
+# so ``before_model`` observes nothing of it.
+_CACHED_ID = "tripwire-cached-"
 
 
 class LoopGuardState(AgentState[Any]):
@@ -93,7 +101,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         # LangChain's ToolCall types its id Optional; a model's tool calls always have one.
         calls: list[Any] = message.tool_calls
         verdicts = guard.check_turn([(call["name"], call["args"], call["id"]) for call in calls])
-        record_turn(verdicts)
+        emit_turn(verdicts)
         stop = next((verdict for verdict in verdicts if verdict.action == "stop"), None)
         if stop is not None:
             answers: list[Any] = [
@@ -114,6 +122,15 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
                         name=call["name"],
                         status="error",
                         id=_NUDGE_ID + call["id"],
+                    )
+                )
+            elif verdict.cached is not None:  # a copy of such a call too
+                answers.append(
+                    ToolMessage(
+                        as_text(verdict.cached),
+                        tool_call_id=call["id"],
+                        name=call["name"],
+                        id=_CACHED_ID + call["id"],
                     )
                 )
             elif verdict.duplicate_of is not None:
@@ -152,7 +169,7 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         calls: list[Any] = [
             call
             for call in message.tool_calls
-            if call["id"] in answered and not _nudged(answered[call["id"]])
+            if call["id"] in answered and not _ours(answered[call["id"]])
         ]
         if calls and not guard.stopped:
             # The turn's other calls again, with their ids: a retried delivery (the same id
@@ -164,7 +181,13 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
                 if verdict.action != "allow":
                     continue
                 if verdict.duplicate_of is None:
-                    guard.observe(verdict, answered[call["id"]])
+                    answer = answered[call["id"]]
+                    guard.observe(verdict, answer)
+                    if answer.status != "error" and guard.policy_of(call["name"]) == (
+                        "read",
+                        "declared",
+                    ):
+                        guard.keep(verdict, answer.content)
                     continue
                 source = answered[calls[verdict.duplicate_of]["id"]]
                 copies.append(
@@ -194,9 +217,10 @@ class LoopGuardMiddleware(AgentMiddleware[LoopGuardState, Any, Any]):
         return self.before_model(state, runtime)
 
 
-def _nudged(answer: ToolMessage) -> bool:
-    """Whether a call's answer is the guard's nudge (see ``_NUDGE_ID``)."""
-    return isinstance(answer.id, str) and answer.id.startswith(_NUDGE_ID)
+def _ours(answer: ToolMessage) -> bool:
+    """Whether a call's answer is the guard's, not the tool's: a nudge (``_NUDGE_ID``) or a
+    result served from the read cache (``_CACHED_ID``)."""
+    return isinstance(answer.id, str) and answer.id.startswith((_NUDGE_ID, _CACHED_ID))
 
 
 def _last_ai_index(messages: list[Any]) -> int | None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import tripwire
 from tripwire.adapters._turn import LoopStopped
-from tripwire.telemetry import record, record_turn
+from tripwire.telemetry import emit, emit_turn
 
 __all__ = ("GuardedSession", "LoopStopped", "guarded", "list_all_tools")
 
@@ -83,7 +83,7 @@ class GuardedSession:
         self.session = session
         self.guard = guard
         # Whether each tool is declared "read", the only kind whose results the guard keeps
-        # (Guard.record): asked once a tool, not on every call.
+        # (Guard.keep): asked once a tool, not on every call.
         self._keeps: dict[str, bool] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -104,7 +104,7 @@ class GuardedSession:
         call, a stop raises ``LoopStopped``."""
         verdict = self.guard.check(name, {} if arguments is None else arguments)
         if verdict.action != "allow" or verdict.cached is not None:
-            record(verdict)
+            emit(verdict)
             return self._answer(verdict)
         # Sent here rather than through a shared coroutine: one frame less on every call.
         try:
@@ -117,7 +117,7 @@ class GuardedSession:
 
     def _answer(self, verdict: Any) -> Any:
         """A call that is not to be sent: a stop raised, a nudge's error result, or a
-        declared read's result kept by ``Guard.record``."""
+        declared read's result kept by ``Guard.keep``."""
         if verdict.action == "stop":
             raise LoopStopped(verdict)
         if verdict.action == "nudge":
@@ -129,8 +129,10 @@ class GuardedSession:
         keeps = self._keeps.get(name)
         if keeps is None:
             keeps = self._keeps[name] = self.guard.policy_of(name) == ("read", "declared")
-        if keeps:
-            self.guard.record(verdict, result)
+        # A failure is not kept: the next allowed repeat asks the server again (as the
+        # Turn adapters do with a result observed with ``error=``).
+        if keeps and not getattr(result, "is_error", False):
+            self.guard.keep(verdict, result)
 
     async def call_turn(
         self, calls: Sequence[tuple[str, dict[str, Any] | None]], /, **kwargs: Any
@@ -142,7 +144,7 @@ class GuardedSession:
         verdicts = self.guard.check_turn(
             [(name, {} if arguments is None else arguments) for name, arguments in calls]
         )
-        record_turn(verdicts)
+        emit_turn(verdicts)
         for verdict in verdicts:
             if verdict.action == "stop":
                 raise LoopStopped(verdict)

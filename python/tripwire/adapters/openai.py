@@ -4,7 +4,7 @@ Chat Completions::
 
     turn = tripwire.adapters.openai.chat_turn(guard, completion)
     for call in turn.to_run:
-        turn.record(call, run_tool(call.name, call.arguments))
+        turn.observe(call, run_tool(call.name, call.arguments))
     messages += [completion.choices[0].message, *turn.tool_messages()]
     if turn.stopped: ...  # the run must end
 

@@ -200,7 +200,7 @@ ReadDocument = Callable[[Source, Any, str, "int | None", str], Iterator[Event]]
 class Format:
     """One trace format. ``help`` is its line in ``tripwire replay --help``.
 
-    A format reads JSONL records (``record`` says whether a JSON object is one of its
+    A format reads JSONL records (``is_record`` says whether a JSON object is one of its
     records, ``lines`` makes the file's reader of them), whole documents (``document`` says
     whether a JSON value is one of its runs; a list of such values is a list
     of runs; ``read`` reads one), or both. Detection tries formats by ``order``, the more
@@ -213,7 +213,7 @@ class Format:
     # (name, what it reads) for each format name its turns carry
     help: tuple[tuple[str, str], ...]
     order: int
-    record: Callable[[dict[str, Any]], bool] | None = None
+    is_record: Callable[[dict[str, Any]], bool] | None = None
     lines: Callable[[Source], Lines] | None = None
     document: Callable[[Any], bool] | None = None
     read: ReadDocument | None = None

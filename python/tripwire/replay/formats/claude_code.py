@@ -190,7 +190,7 @@ FORMAT = register(
         name=NAME,
         help=((NAME, "Claude Code session JSONL (~/.claude/projects/*/*.jsonl)"),),
         order=20,
-        record=is_record,
+        is_record=is_record,
         lines=_Lines,
         record_type=True,
     )

@@ -111,7 +111,7 @@ FORMAT = register(
         name=NAME,
         help=((NAME, "Codex CLI rollout JSONL (~/.codex/sessions/**/rollout-*.jsonl)"),),
         order=30,
-        record=is_record,
+        is_record=is_record,
         lines=_Lines,
         record_type=True,
     )

@@ -110,7 +110,7 @@ FORMAT = register(
             (NAME, "GitHub Copilot CLI session events (~/.copilot/session-state/*/events.jsonl)"),
         ),
         order=26,
-        record=is_record,
+        is_record=is_record,
         lines=_Lines,
         record_type=True,
     )

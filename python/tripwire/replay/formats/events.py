@@ -187,7 +187,7 @@ FORMAT = register(
         ),
         # After the formats whose records are more specific: a "run" key is common.
         order=110,
-        record=is_record,
+        is_record=is_record,
         lines=Lines,
     )
 )

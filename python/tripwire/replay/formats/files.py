@@ -357,7 +357,7 @@ class Reader:
                 if fmt.document is not None and fmt.read is not None and fmt.document(value):
                     run = run_name(value, self.line_run(line))
                     return fmt.read(self, value, run, line, "" if where is None else where)
-                if fmt.record is not None and fmt.record(value):
+                if fmt.is_record is not None and fmt.is_record(value):
                     if fmt.record_type:
                         self._records = fmt
                     return self._reader(fmt).feed(value, line, size, where)
@@ -380,7 +380,7 @@ class Reader:
                 if fmt.document is not None and fmt.read is not None and fmt.document(doc):
                     yield from fmt.read(self, doc, run_name(doc, run), line, "")
                     return
-            if any(fmt.record is not None and fmt.record(doc) for fmt in FORMATS):
+            if any(fmt.is_record is not None and fmt.is_record(doc) for fmt in FORMATS):
                 yield from self._line_value(doc, line, text_size(doc))
                 yield from self._finish()
                 return
@@ -404,7 +404,7 @@ class Reader:
                             name = run_name(item, f"{run}[{index}]")
                             yield from fmt.read(self, item, name, line, f"[{index}].")
                         return
-                if fmt.record is not None and _starts_records(fmt, first):
+                if fmt.is_record is not None and _starts_records(fmt, first):
                     for index, item in enumerate(doc):
                         yield from self._line_value(item, line, text_size(item), f"[{index}]")
                     yield from self._finish()
@@ -441,7 +441,7 @@ def _starts_records(fmt: Format, first: dict[str, Any]) -> bool:
     events format asks more of a list than of a line: ``run`` alone is too common a key."""
     if fmt is events.FORMAT:
         return "tool" in first or ("run" in first and ("usage" in first or "event" in first))
-    return fmt.record is not None and fmt.record(first)
+    return fmt.is_record is not None and fmt.is_record(first)
 
 
 def _parse_line(line: bytes) -> tuple[Any, str | None]:

@@ -145,7 +145,7 @@ FORMAT = register(
         name=NAME,
         help=((NAME, "Gemini CLI session JSONL (~/.gemini/tmp/*/chats/session-*.jsonl)"),),
         order=25,
-        record=is_record,
+        is_record=is_record,
         lines=_Lines,
         record_type=True,
     )

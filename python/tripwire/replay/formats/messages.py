@@ -509,7 +509,7 @@ FORMAT = register(
         # Last: a list of anything is a message list to this reader, and a record with a
         # ``role`` could be many things the specific formats claim first.
         order=100,
-        record=_is_record,
+        is_record=_is_record,
         lines=_Lines,
         document=_is_document,
         read=read,

@@ -125,7 +125,7 @@ FORMAT = register(
             ),
         ),
         order=21,
-        record=is_record,
+        is_record=is_record,
         lines=Lines,
     )
 )

@@ -157,7 +157,7 @@ FORMAT = register(
             ),
         ),
         order=20,
-        record=is_record,
+        is_record=is_record,
         lines=Lines,
     )
 )
