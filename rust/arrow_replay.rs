@@ -860,6 +860,115 @@ mod tests {
         assert!(may_be_envelope(r#"{"t\u0079pe": 1}"#));
     }
 
+    /// The reference's answers, made up: every tool without a policy, a fixed price.
+    struct Fixed;
+
+    impl Cold for Fixed {
+        type Error = String;
+        fn spec(&mut self, _: &[u8]) -> Result<Spec, String> {
+            Ok(Spec {
+                rule: None,
+                native_key: true,
+                plain_results: true,
+            })
+        }
+        fn slow_key(
+            &mut self,
+            _: &[u8],
+            args: &[u8],
+        ) -> Result<Result<(Key, bool), String>, String> {
+            Ok(Ok((key_of(args), true)))
+        }
+        fn describe(
+            &mut self,
+            _: &[u8],
+            _: &[u8],
+            _: Option<bool>,
+        ) -> Result<Outcome<Arc<str>>, String> {
+            Err("not asked in these tests".into())
+        }
+        fn question(&mut self, _: &[u8], _: &[u8]) -> Result<Option<Question>, String> {
+            Ok(None)
+        }
+        fn price(&mut self, _: Option<&[u8]>) -> Result<[f64; 4], String> {
+            Ok([3.0, 15.0, 0.3, 3.75])
+        }
+        fn message(&mut self, stop: &Stop, _: &StopDetail) -> Result<String, String> {
+            Ok(format!("stopped at {}", stop.step))
+        }
+    }
+
+    fn replay(rows: &[(&str, &str, Option<&str>)]) -> (Vec<RunOut>, Vec<RowProblem>) {
+        let names = || Arc::new(VolatileNames::new(vec![b"request_id".to_vec()]));
+        let limits = Limits {
+            window: 12,
+            nudge_at: 2,
+            stop_at: 3,
+            max_steps: None,
+        };
+        let mut core = TableReplay::new(limits, true, names(), names(), true);
+        for (run, tool, result) in rows {
+            core.row(
+                &mut Fixed,
+                Row {
+                    run: Cell::Text(run.as_bytes()),
+                    tool: Cell::Text(tool.as_bytes()),
+                    args: Cell::Text(b"{\"q\": 1}"),
+                    result: result.map_or(Cell::Null, |r| Cell::Text(r.as_bytes())),
+                    error: Cell::Bool(false),
+                    call_id: Cell::Null,
+                    model: Cell::Null,
+                    label: Cell::Null,
+                },
+            )
+            .expect("no cold error");
+        }
+        core.end();
+        (core.finished, core.problems)
+    }
+
+    #[test]
+    fn a_repeated_call_is_stopped_and_the_rest_counted_as_saved() {
+        let rows = [
+            ("a", "t", None),
+            ("a", "t", None),
+            ("a", "t", None),
+            ("a", "t", None),
+            ("b", "", None),
+        ];
+        let (runs, problems) = replay(&rows);
+        assert_eq!(
+            problems,
+            vec![(5, "tool is '', not a name; row skipped".to_string())]
+        );
+        let [run] = &runs[..] else { panic!("one run") };
+        let stop = run.stop.as_ref().expect("stopped");
+        assert_eq!((stop.step, stop.message.as_str()), (3, "stopped at 3"));
+        assert_eq!(
+            (run.counts.steps, run.counts.steps_saved, run.counts.nudges),
+            (4, 2, 1)
+        );
+        assert_eq!(run.timeline, b"ans.");
+        assert_eq!(stop.lead.len(), 3);
+        // Tokens: each turn re-sends the transcript so far (8 characters of arguments a
+        // turn, 4 to a token, rounded up).
+        assert_eq!(run.counts.input_tokens, 2 + 4 + 6);
+        assert_eq!(run.counts.turns_saved, 1);
+    }
+
+    #[test]
+    fn results_that_change_are_progress() {
+        let rows = [
+            ("a", "t", Some(r#"{"n":1}"#)),
+            ("a", "t", Some(r#"{"n":2}"#)),
+            ("a", "t", Some(r#"{"n":3}"#)),
+            ("a", "t", Some(r#"{"n":4}"#)),
+        ];
+        let (runs, _) = replay(&rows);
+        assert!(runs[0].stop.is_none());
+        assert_eq!(runs[0].counts.results, 4);
+    }
+
     #[test]
     fn chars_counts_code_points() {
         assert_eq!(chars("a€😀".as_bytes()), 3);
