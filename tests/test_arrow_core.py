@@ -186,6 +186,23 @@ def test_every_fixture_as_a_table(
 # -- the corners the native path hands back to the guard's Python code -----------------------
 
 
+# The default guard, the hash-only one, declared policies, other volatile keys and thresholds.
+SETTINGS = (
+    Settings(observe=False),
+    Settings(
+        tools={
+            "job_status": {"policy": "poll", "max_polls": 5},
+            "write_file": "write",
+            "read_file": "read",
+            "search": "volatile",
+        },
+        volatile_keys=frozenset({"q", "since"}),
+    ),
+    Settings(window=5, nudge_at=3, stop_at=4),
+    Settings(),
+)
+
+
 def corners() -> Any:
     deep = "[" * 300 + "]" * 300
     rows = [
@@ -243,9 +260,9 @@ def test_corners_byte_identical(
 ) -> None:
     table = corners()
     path = write(tmp_path, "corners.parquet", table, row_group_size=7)
-    for observe in (True, False):
-        native, reference = both(monkeypatch, [path], settings=Settings(observe=observe))
-        assert native == reference
+    for chosen in reversed(SETTINGS):
+        native, reference = both(monkeypatch, [path], settings=chosen)
+        assert native == reference, chosen
     data = native[0]
     assert data["problems_total"] == 4  # the rows without a run or a tool
     assert {r["run"] for r in data["runs"]} >= {"a", "b", "c", "d", "e"}
@@ -273,7 +290,7 @@ def test_corners_byte_identical(
     )
     native, reference = both(monkeypatch, [write(tmp_path, "numbered.parquet", numbered)])
     assert native == reference
-    assert len(taken) == 2 + 1 + 1
+    assert len(taken) == len(SETTINGS) + 2
 
 
 # -- random tables ----------------------------------------------------------------------------
@@ -296,9 +313,9 @@ row = st.tuples(
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(rows=st.lists(row, min_size=1, max_size=60), observe=st.booleans())
+@given(rows=st.lists(row, min_size=1, max_size=60), chosen=st.sampled_from(SETTINGS))
 def test_random_tables(
-    rows: list[tuple[Any, ...]], observe: bool, monkeypatch: pytest.MonkeyPatch
+    rows: list[tuple[Any, ...]], chosen: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     columns = list(zip(*rows, strict=True))
     names = ("run", "tool", "arguments", "result", "error", "call_id", "model", "label")
@@ -307,7 +324,7 @@ def test_random_tables(
     table = pa.table(
         [pa.array(c, type=t) for c, t in zip(columns, types, strict=True)], names=list(names)
     )
-    native, reference = both(monkeypatch, lambda: [table], settings=Settings(observe=observe))
+    native, reference = both(monkeypatch, lambda: [table], settings=chosen)
     assert native == reference
 
 
