@@ -352,15 +352,14 @@ def huge_cell(directory: Path) -> None:
     path = directory / "huge-cell.parquet"
     rows = [row for run in runs(3000) for row in run]
     names = ("run", "step", "tool", "arguments", "result", "error")
-    with pq.ParquetWriter(path, pa.schema([(n, pa.large_string() if n == "arguments" else t)
-                          for n, t in zip(names, (pa.string(), pa.int64(), pa.string(),
-                          pa.string(), pa.string(), pa.bool_()), strict=True)]),
-                          compression="zstd") as writer:  # fmt: skip
+    types = (pa.string(), pa.int64(), pa.string(), pa.large_string(), pa.string(), pa.bool_())
+    schema = pa.schema(list(zip(names, types, strict=True)))
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for start in range(0, len(rows), 1000):
             chunk = [list(c) for c in zip(*rows[start : start + 1000], strict=True)]
             if start == 1000:
                 chunk[3][0] = '{"p":"' + "x" * HUGE_CELL + '"}'
-            writer.write_table(pa.table(dict(zip(names, chunk, strict=True))))
+            writer.write_table(pa.table(dict(zip(names, chunk, strict=True)), schema=schema))
             del chunk
     found = _replay([path], 1)
     print(
