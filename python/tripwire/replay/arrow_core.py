@@ -202,7 +202,7 @@ def _call(tool: str, args: str | None) -> tuple[str, Any, bool]:
     return (tool, args, True) if args is not None else (tool, {}, False)
 
 
-def _core(fleet: Fleet, plan: dict[str, str], stats: FileStats, too_long: dict[str, str]) -> Any:
+def _native(fleet: Fleet, plan: dict[str, str], stats: FileStats, too_long: dict[str, str]) -> Any:
     from tripwire import _core
 
     settings = fleet.settings
@@ -242,7 +242,7 @@ def replay_parquet(
     reader = _files.Reader(path, stats, results=fleet.settings.observe, columns=columns)
     stats.formats.add(table.NAME)
     fleet.register_file(index, stats)
-    core = _core(fleet, native, stats, _too_long(pa, parquet.schema_arrow, native))
+    core = _native(fleet, native, stats, _too_long(pa, parquet.schema_arrow, native))
     wanted = list(dict.fromkeys(plan.values()))
     try:
         for batch in table._row_groups(reader, parquet, wanted):
@@ -286,7 +286,7 @@ def replay_stream(
     source = _files.Reader(label, stats, results=fleet.settings.observe, columns=columns)
     stats.formats.add(table.NAME)
     fleet.register_file(index, stats)
-    core = _core(fleet, native, stats, _too_long(pa, reader.schema, native))
+    core = _native(fleet, native, stats, _too_long(pa, reader.schema, native))
     try:
         stats.lines += core.feed_stream(reader)
     except (pa.ArrowException, OSError, ValueError) as exc:
