@@ -226,8 +226,9 @@ pub struct TableReplay {
     /// The guard's volatile keys can be compared natively (all exact `str`s).
     native_keys: bool,
     specs: crate::guard::NameMap<Spec>,
-    /// Prices by model name (`None`: unnamed), in the order first met.
-    prices: Vec<(Option<Box<[u8]>>, Prices)>,
+    /// Prices by model name (at most `MAX_NAMES`), and of turns that name none.
+    prices: crate::guard::NameMap<Prices>,
+    unnamed_price: Option<Prices>,
     tools: crate::guard::NameMap<Arc<str>>,
     last_tool: Option<(Box<[u8]>, Spec, Arc<str>)>,
     open: Option<Open>,
@@ -308,7 +309,8 @@ impl TableReplay {
             default_volatile,
             native_keys,
             specs: Default::default(),
-            prices: Vec::new(),
+            prices: Default::default(),
+            unnamed_price: None,
             tools: Default::default(),
             last_tool: None,
             open: None,
@@ -361,12 +363,22 @@ impl TableReplay {
     }
 
     fn price<C: Cold>(&mut self, cold: &mut C, model: Option<&[u8]>) -> Result<[f64; 4], C::Error> {
-        if let Some((_, p)) = self.prices.iter().find(|(m, _)| m.as_deref() == model) {
-            return Ok(*p);
+        let known = match model {
+            Some(name) => self.prices.get(name).copied(),
+            None => self.unnamed_price,
+        };
+        if let Some(price) = known {
+            return Ok(price);
         }
-        let p = cold.price(model)?;
-        self.prices.push((model.map(Into::into), p));
-        Ok(p)
+        let price = cold.price(model)?;
+        match model {
+            Some(name) if self.prices.len() < MAX_NAMES => {
+                self.prices.insert(name.into(), price);
+            }
+            Some(_) => {}
+            None => self.unnamed_price = Some(price),
+        }
+        Ok(price)
     }
 
     /// The native key of a call, or `None` where only the reference keys it.
