@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -39,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 LAYOUTS = ("jsonl", "parquet", "otlp", "openinference")
 SHARDS = 8
@@ -250,34 +251,55 @@ def _otlp_request(spans: list[dict[str, Any]]) -> str:
 # -- the bench ---------------------------------------------------------------------------------
 
 
-def _replay(paths: list[Path], jobs: int) -> tuple[float, int, dict[str, Any]]:
-    """``tripwire replay --json --jobs N`` in a fresh process: wall seconds, peak RSS (KiB) of
-    the replaying processes, and the summary."""
+class Replayed(NamedTuple):
+    wall: float
+    # CPU seconds of the replay itself (this process and its workers; not the start-up).
+    cpu: float
+    rss: int
+    summary: dict[str, Any]
+
+
+def _replay(paths: list[Path], jobs: int, core: str = "native") -> Replayed:
+    """``tripwire replay --json --jobs N`` in a fresh process: wall seconds (start-up
+    included), CPU seconds of the replay, peak RSS (KiB) of the replaying process, and the
+    summary. ``core``: ``python`` turns the native table core off (``arrow_core``)."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(jobs), *map(str, paths)],
         capture_output=True, text=True, check=True,
+        env={**os.environ, "TRIPWIRE_REPLAY_CORE": core},
     )  # fmt: skip
     wall = time.perf_counter() - started
-    rss, summary = json.loads(done.stdout.splitlines()[-1])
-    return wall, rss, summary
+    rss, cpu, summary = json.loads(done.stdout.splitlines()[-1])
+    return Replayed(wall, cpu, rss, summary)
 
 
 # Replays (the JSON report to a file, as a user would redirect it) and prints [peak RSS of
 # this process in KiB, summary]. VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and
 # exec, so a child would report its parent's (the generator's) peak.
 _CHILD = """
-import json, os, sys, tempfile
+import json, os, resource, sys, tempfile
 from tripwire.cli import main
+import tripwire.replay.arrow_core, pyarrow.parquet  # imported before the clock starts
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 with tempfile.TemporaryFile("w+", encoding="utf-8") as out:
     sys.stdout, real = out, sys.stdout
+    started = cpu()
     main(["replay", "--json", "--jobs", sys.argv[1], *sys.argv[2:]])
+    used = cpu() - started
     sys.stdout = real
     status = open("/proc/self/status").read()
     hwm = int(status.split("VmHWM:")[1].split()[0])
     out.seek(0)
-    summary = json.load(out)["summary"]
-print(json.dumps([hwm, {k: summary[k] for k in ("runs", "stopped", "steps", "steps_saved")}]))
+    report = json.load(out)
+    summary = report["summary"]
+    keys = ("runs", "stopped", "steps", "steps_saved")
+    found = {k: summary[k] for k in keys}
+    found["problems"] = [p["message"] for p in report["problems"]]
+print(json.dumps([hwm, used, found]))
 """
 
 
@@ -306,20 +328,67 @@ def ceiling() -> float:
     return serial / both
 
 
+def _row(
+    name: str, replayed: Replayed, calls: int, size: int | None, target: str, core: bool = True
+) -> None:
+    """A line of the table; ``core=False`` for ``--jobs``, whose workers (children of the
+    forkserver) this process's CPU time does not count."""
+    mbs = f"{size / replayed.cpu / 1e6:9.1f}" if size is not None else f"{'':>9}"
+    a_core = f"{calls / replayed.cpu:11,.0f}" if core else f"{'':>11}"
+    print(f"{name:40}{replayed.wall:8.1f}{mbs}{calls / replayed.wall:11,.0f}{a_core}   {target}")
+
+
+HUGE_CELL = 1 << 30
+
+
+def huge_cell(directory: Path) -> None:
+    """A Parquet export with a 1 GB string in one cell among ordinary rows: replayed with
+    bounded memory (its row group is skipped from the file's metadata, never decoded), the
+    problem naming the file and the column, the other rows replayed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "huge-cell.parquet"
+    rows = [row for run in runs(3000) for row in run]
+    names = ("run", "step", "tool", "arguments", "result", "error")
+    types = (pa.string(), pa.int64(), pa.string(), pa.large_string(), pa.string(), pa.bool_())
+    schema = pa.schema(list(zip(names, types, strict=True)))
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for start in range(0, len(rows), 1000):
+            chunk = [list(c) for c in zip(*rows[start : start + 1000], strict=True)]
+            if start == 1000:
+                chunk[3][0] = '{"p":"' + "x" * HUGE_CELL + '"}'
+            writer.write_table(pa.table(dict(zip(names, chunk, strict=True)), schema=schema))
+            del chunk
+    found = _replay([path], 1)
+    print(
+        f"Parquet with a {HUGE_CELL / 1e9:.1f} GB cell ({path.stat().st_size / 1e6:.1f} MB on "
+        f"disk): peak {found.rss / 1024:.0f} MiB, {found.summary['runs']:,} runs replayed; "
+        f"{found.summary['problems']}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=29)
     parser.add_argument("--keep", metavar="DIR", default=None)
+    parser.add_argument(
+        "--no-huge-cell", action="store_true", help="skip the Parquet file with a 1 GB cell"
+    )
     args = parser.parse_args()
     directory = Path(args.keep or tempfile.mkdtemp(prefix="tripwire-fleet-"))
     try:
         started = time.perf_counter()
         one = write(directory / "one", args.calls, seed=args.seed, layouts=("jsonl", "parquet"))
         sharded = write(
-            directory / "sharded", args.calls, shards=SHARDS, seed=args.seed, layouts=("jsonl",)
+            directory / "sharded", args.calls, shards=SHARDS, seed=args.seed,
+            layouts=("jsonl", "parquet"),
+        )  # fmt: skip
+        part = write(
+            directory / "part", args.calls * 2 // 5, seed=args.seed, layouts=("jsonl", "parquet")
         )
-        part = write(directory / "part", args.calls * 2 // 5, seed=args.seed, layouts=("jsonl",))
         spans = write(
             directory / "spans",
             args.calls,
@@ -332,42 +401,54 @@ def main() -> None:
             f" in {directory}"
         )
         size = one["jsonl"][0].stat().st_size
-        jsonl_wall, jsonl_rss, jsonl = _replay(one["jsonl"], 1)
-        parquet_wall, _, parquet = _replay(one["parquet"], 1)
-        part_wall, part_rss, _ = _replay(part["jsonl"], 1)
-        one_job, _, sharded1 = _replay(sharded["jsonl"], 1)
-        two_jobs, _, sharded2 = _replay(sharded["jsonl"], 2)
-        otlp_wall, _, otlp = _replay(spans["otlp"], 1)
-        oi_wall, _, oi = _replay(spans["openinference"], 1)
-        assert jsonl == parquet == sharded1 == sharded2 == otlp == oi, (jsonl, parquet, otlp, oi)
+        jsonl = _replay(one["jsonl"], 1)
+        parquet = _replay(one["parquet"], 1)
+        per_call = _replay(one["parquet"], 1, core="python")
+        part_jsonl = _replay(part["jsonl"], 1)
+        part_parquet = _replay(part["parquet"], 1)
+        jsonl1, jsonl2 = _replay(sharded["jsonl"], 1), _replay(sharded["jsonl"], 2)
+        parquet1, parquet2 = _replay(sharded["parquet"], 1), _replay(sharded["parquet"], 2)
+        otlp = _replay(spans["otlp"], 1)
+        oi = _replay(spans["openinference"], 1)
+        same = [r.summary for r in (jsonl, parquet, per_call, jsonl1, jsonl2, parquet1, parquet2,
+                                    otlp, oi)]  # fmt: skip
+        assert all(found == same[0] for found in same), same
         calls = args.calls
+        summary = jsonl.summary
         print(
-            f"fleet: {jsonl['runs']:,} runs, {calls:,} calls, {jsonl['stopped']:,} stopped, "
-            f"{jsonl['steps_saved']:,} steps saved (the same from every layout)"
+            f"fleet: {summary['runs']:,} runs, {calls:,} calls, {summary['stopped']:,} stopped, "
+            f"{summary['steps_saved']:,} steps saved (the same from every layout and path)"
         )
-        print(f"{'':34}{'wall s':>8}{'MB/s':>9}{'calls/s':>11}")
-        print(
-            f"{'JSONL, one core':34}{jsonl_wall:8.1f}{size / jsonl_wall / 1e6:9.1f}"
-            f"{calls / jsonl_wall:11,.0f}"
-        )
-        print(f"{'Parquet, one core':34}{parquet_wall:8.1f}{'':>9}{calls / parquet_wall:11,.0f}")
-        print(f"{'OTLP spans, one core':34}{otlp_wall:8.1f}{'':>9}{calls / otlp_wall:11,.0f}")
-        print(f"{'OpenInference spans, one core':34}{oi_wall:8.1f}{'':>9}{calls / oi_wall:11,.0f}")
-        print(
-            f"{f'JSONL in {SHARDS} files, --jobs 1':34}{one_job:8.1f}{'':>9}"
-            f"{calls / one_job:11,.0f}"
-        )
-        print(
-            f"{f'JSONL in {SHARDS} files, --jobs 2':34}{two_jobs:8.1f}{'':>9}"
-            f"{calls / two_jobs:11,.0f}"
-            f"   {one_job / two_jobs:.2f}x --jobs 1 (two spinning processes: {ceiling():.2f}x)"
-        )
-        print(
-            f"peak memory: {part_rss / 1024:.0f} MiB for {calls * 2 // 5:,} calls "
-            f"({part['jsonl'][0].stat().st_size / 1e6:.0f} MB), "
-            f"{jsonl_rss / 1024:.0f} MiB for {calls:,} calls ({size / 1e6:.0f} MB)"
-        )
-        del part_wall
+        print("a core: calls / CPU seconds of the replay (start-up left out); wall: the command")
+        print(f"{'':40}{'wall s':>8}{'MB/s':>9}{'calls/s':>11}{'a core':>11}   target")
+        _row("JSONL (events), per call in Python", jsonl, calls, size, "200 MB/s a core")
+        _row("Parquet, native core", parquet, calls, None, "2,000,000 calls/s a core")
+        _row("Parquet, per call in Python", per_call, calls, None, "")
+        _row("OTLP spans", otlp, calls, None, "")
+        _row("OpenInference spans", oi, calls, None, "")
+        two = ceiling()
+        for name, one_job, two_jobs in (
+            ("JSONL", jsonl1, jsonl2),
+            ("Parquet, native", parquet1, parquet2),
+        ):
+            _row(f"{name} in {SHARDS} files, --jobs 1", one_job, calls, None, "", core=False)
+            _row(f"{name} in {SHARDS} files, --jobs 2", two_jobs, calls, None, "", core=False)
+            print(
+                f"{'':40}--jobs 2 / --jobs 1: {one_job.wall / two_jobs.wall:.2f}x"
+                f" (target 1.8x; two spinning processes get {two:.2f}x here now)"
+            )
+        part_size = part["jsonl"][0].stat().st_size
+        for name, small, big in (
+            ("JSONL", part_jsonl, jsonl),
+            ("Parquet, native", part_parquet, parquet),
+        ):
+            print(
+                f"peak memory, {name}: {small.rss / 1024:.0f} MiB for {calls * 2 // 5:,} calls "
+                f"({part_size / 1e6:.0f} MB as JSONL), {big.rss / 1024:.0f} MiB for {calls:,} "
+                f"calls ({size / 1e6:.0f} MB): bounded by the largest run, not the dataset"
+            )
+        if not args.no_huge_cell:
+            huge_cell(directory / "huge")
     finally:
         if args.keep is None:
             shutil.rmtree(directory, ignore_errors=True)

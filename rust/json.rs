@@ -138,7 +138,7 @@ struct Canon<'a, 'v> {
 /// The names of the volatile keys to drop, as WTF-8, ready for the parser: most keys are
 /// ruled out by one bit test on their length and first byte, the rest by their first 8
 /// bytes, before any bytes are compared; a big set is looked up by hash, not scanned.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct VolatileNames {
     names: Vec<Vec<u8>>,
     /// The names' [`filter_bit`]s.

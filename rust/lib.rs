@@ -1,6 +1,8 @@
 //! tripwire's native core. This file only registers the Python module; the logic lives in
 //! pyo3-free modules (tested with `cargo test`) and the conversions in `py_*.rs`.
 
+pub mod arrow_ffi;
+pub mod arrow_replay;
 pub mod call_ids;
 pub mod canon;
 pub mod counts;
@@ -10,6 +12,8 @@ pub mod key;
 pub mod name_map;
 pub mod numbers;
 mod pack;
+#[cfg(feature = "python")]
+mod py_arrow;
 #[cfg(feature = "python")]
 mod py_batch;
 #[cfg(feature = "python")]
@@ -57,6 +61,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_batch::call_keys, m)?)?;
     m.add_class::<py_guard::Guard>()?;
     m.add_class::<py_guard::Verdict>()?;
+    m.add_class::<py_arrow::TableReplay>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
     m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;
     m.add("CACHE_ENTRIES", guard::CACHE_ENTRIES)?;

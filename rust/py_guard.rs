@@ -66,14 +66,14 @@ impl Stored {
 /// inferred it.
 pub(crate) struct ToolSpec {
     /// `None`: no policy (a tool of unknown kind).
-    rule: Option<ToolRule>,
+    pub(crate) rule: Option<ToolRule>,
     /// Its string arguments keep their whitespace in the key.
-    keep_whitespace: bool,
+    pub(crate) keep_whitespace: bool,
     /// Declared `read`: its results may be served from the run's cache.
     cacheable: bool,
     /// Its results are judged by the built-in rules alone (no `empty` setting, no
     /// `volatile_result_keys`), so the commonest ones may take the short cut.
-    plain_results: bool,
+    pub(crate) plain_results: bool,
     /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
@@ -161,14 +161,14 @@ fn name_bytes(name: &Bound<'_, PyString>) -> PyResult<NameBytes> {
 }
 
 /// One call, validated and keyed, ready to be decided.
-struct Prepared<'py> {
+pub(crate) struct Prepared<'py> {
     name: Bound<'py, PyString>,
     name_bytes: NameBytes,
-    key: Key,
+    pub(crate) key: Key,
     rule: Option<ToolRule>,
     cacheable: bool,
     call_id: Option<CallId>,
-    invalid_arguments: Option<Py<PyString>>,
+    pub(crate) invalid_arguments: Option<Py<PyString>>,
     /// What the call asks, where it was told (see `Guard::question`).
     question: Option<Question>,
     /// Its arguments, held by the state until its result is observed if its question was
@@ -684,7 +684,7 @@ impl Guard {
     }
 
     /// The reference's `question_of`, converted.
-    fn told_question(
+    pub(crate) fn told_question(
         &self,
         py: Python<'_>,
         name: &Bound<'_, PyString>,
@@ -710,7 +710,7 @@ impl Guard {
 
     /// The policy of a tool: declared, else (inferring) its definition's, resolved when
     /// the guard was made, else what its name says ([`by_name`]), else none.
-    fn spec_of(
+    pub(crate) fn spec_of(
         &self,
         py: Python<'_>,
         name: &Bound<'_, PyString>,
@@ -752,7 +752,7 @@ impl Guard {
     /// Validates and keys one call (its arguments as JSON `text`, or a value); raises
     /// before anything changes. JSON text that does not parse keys the call by its collapsed
     /// raw text instead of raising, and says why (the reference's `_prepare`).
-    fn prepare<'py>(
+    pub(crate) fn prepare<'py>(
         &self,
         py: Python<'py>,
         name: &Bound<'py, PyAny>,
@@ -804,6 +804,32 @@ impl Guard {
             args: args.clone(),
             text,
         })
+    }
+
+    /// What a result of a call to `tool` says (`observe`'s reading of it; replay's Arrow
+    /// core asks it of the results it does not read natively).
+    pub(crate) fn outcome_of(
+        &self,
+        py: Python<'_>,
+        tool: &Bound<'_, PyString>,
+        result: &Bound<'_, PyAny>,
+        error: Option<&Bound<'_, PyAny>>,
+        transient: &Bound<'_, PyAny>,
+    ) -> PyResult<Outcome<Py<PyString>>> {
+        let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
+        let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
+        let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
+        // A result whose own methods raise while the fast path reads it goes to the full
+        // rules, the reference's, which take it as unknown (a result is never raised).
+        let plain = match plain_result(result) {
+            Ok(plain) => plain,
+            Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
+            Err(err) => return Err(err),
+        };
+        match plain {
+            Some(empty) if !told && plain_results => plain_outcome(py, result, empty),
+            _ => described_outcome(py, spec.as_deref(), result, error, transient),
+        }
     }
 
     /// Decides one prepared call: the verdict object is made after the lock is released,
@@ -1308,20 +1334,7 @@ impl Guard {
             return Ok(());
         }
         let tool = verdict.tool.bind(py);
-        let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
-        let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
-        let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
-        // A result whose own methods raise while the fast path reads it goes to the full
-        // rules, the reference's, which take it as unknown (a result is never raised).
-        let plain = match plain_result(result) {
-            Ok(plain) => plain,
-            Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
-            Err(err) => return Err(err),
-        };
-        let outcome = match plain {
-            Some(empty) if !told && plain_results => plain_outcome(py, result, empty)?,
-            _ => described_outcome(py, spec.as_deref(), result, error, transient)?,
-        };
+        let outcome = self.outcome_of(py, tool, result, error, transient)?;
         let call_id = match &verdict.call_id {
             Some(id) => Some(wtf8_of(id.bind(py))?),
             None => None,

@@ -55,6 +55,7 @@ reference!(
     unpack_call,
     infer_policy,
     describe_result,
+    content_value,
     question_of,
     verdict_message,
     // snapshots

@@ -34,8 +34,11 @@ POLICY_FIELDS = frozenset(
         "volatile_result_keys",
     }
 )
-OWN_NAMES = frozenset({"_from_reduced", "from_snapshot"})
-OBJECT_METHODS = frozenset({"add_note", "__format__"})
+# The native module's own classes' attributes (a Verdict's ``message`` is built on reading).
+OWN_NAMES = frozenset({"_from_reduced", "from_snapshot", "message"})
+# Protocol methods of objects a caller hands in: exceptions, formatting, and the Arrow
+# PyCapsule interface of a table of calls (pyarrow, polars, DuckDB).
+OBJECT_METHODS = frozenset({"add_note", "__format__", "__arrow_c_stream__", "__arrow_c_array__"})
 
 
 def _rust_sources() -> dict[str, str]:

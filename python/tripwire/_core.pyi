@@ -1,7 +1,7 @@
 """Type stubs for the native core; the reference in ``tripwire._guard`` / ``tripwire._keys``
 has the same API and documents the behaviour."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, final
 
 from typing_extensions import deprecated
@@ -104,3 +104,29 @@ class Guard:
     def stopped(self) -> bool: ...
     def keys(self) -> list[str]: ...
     def __len__(self) -> int: ...
+
+@final
+class TableReplay:
+    """A table of calls replayed natively (``tripwire.replay.arrow_core``)."""
+
+    def __new__(
+        cls,
+        guard: Guard,
+        /,
+        *,
+        observe: bool,
+        prices: Callable[[str | None], tuple[float, float, float, float]],
+        plan: Mapping[str, str],
+        sink: Callable[[list[tuple[Any, ...]], list[tuple[int, str]]], object],
+        cell_limit: int,
+        too_long: Mapping[str, str],
+    ) -> TableReplay: ...
+    def feed_stream(self, source: Any, /) -> int: ...
+    def feed_batch(self, batch: Any, /) -> int: ...
+    def finish(self) -> None: ...
+    @property
+    def row(self) -> int: ...
+    @row.setter
+    def row(self, row: int) -> None: ...
+    @property
+    def turns(self) -> int: ...

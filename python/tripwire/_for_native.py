@@ -43,6 +43,8 @@ configuration, cold paths and every text.
   tool name (the native core keeps the result), and the policy tables live once.
 - ``describe_result``: what a result that is not plain says (envelopes, error texts,
   transient failures, a policy's settings); the plain ones the native core reads itself.
+- ``content_value``: the value of a result given as JSON text in a table of calls
+  (``tripwire.replay``'s Arrow core), read as the reference reads a tool's text result.
 - ``question_of``: what a call asks, told only while a result in the window came back
   empty or failed.
 - ``verdict_message``: a verdict's message, built when it is read.
@@ -83,7 +85,7 @@ from tripwire._keys import (
 from tripwire._messages import verdict_message
 from tripwire._policy import check_definitions, check_tools, infer_policy
 from tripwire._question import question_of
-from tripwire._results import describe_result
+from tripwire._results import content_value, describe_result
 from tripwire._snapshot import (
     SnapshotError,
     config_bytes,
@@ -109,6 +111,7 @@ __all__ = (
     "check_tools",
     "check_verdict",
     "config_bytes",
+    "content_value",
     "decode_json_bytes",
     "describe_result",
     "dumps_normalised",

@@ -1026,6 +1026,12 @@ def replay_file(
         stats.unreadable = True
         fleet.problem(Problem(label, None, "no stdin to read"))
         return stats
+    if path != STDIN and _is_parquet(path):
+        from tripwire.replay import arrow_core
+
+        native = arrow_core.replay_parquet(fleet, index, path, columns)
+        if native is not None:
+            return _finished(fleet, native)
     file_tick = None if tick is None else _bind(tick, stats)
     reader = Reader(
         label,
@@ -1045,15 +1051,35 @@ def _replay_stream(
     fleet: Fleet, index: int, stream: Any, columns: Mapping[str, str] | None
 ) -> FileStats:
     """An Arrow stream (``__arrow_c_stream__``) given instead of a path: a table of calls."""
+    from tripwire.replay import arrow_core
     from tripwire.replay.formats import table
 
     label = f"<arrow stream {index}: {type(stream).__name__}>"
+    try:
+        native = arrow_core.replay_stream(fleet, index, stream, label, columns)
+    except arrow_core._Fallback as opened:
+        native, stream = None, opened.reader
+    if native is not None:
+        return _finished(fleet, native)
     stats = FileStats(label)
     reader = Reader(label, stats, results=fleet.settings.observe, columns=columns)
     fleet.feed(index, stats, table.read_stream(reader, stream))
+    return _finished(fleet, stats)
+
+
+def _finished(fleet: Fleet, stats: FileStats) -> FileStats:
     if not stats.turns and not stats.problems and not stats.unreadable:
-        fleet.nothing_to_replay(Problem(label, None, _nothing_read(stats)))
+        fleet.nothing_to_replay(Problem(stats.path, None, _nothing_read(stats)))
     return stats
+
+
+def _is_parquet(path: str) -> bool:
+    """A Parquet file by its first bytes, as the readers detect it (``formats.table``)."""
+    try:
+        with open(path, "rb") as raw:
+            return raw.read(4) == b"PAR1"
+    except OSError:
+        return False  # the per-call path reports it
 
 
 def _nothing_read(stats: FileStats) -> str:

@@ -1,0 +1,999 @@
+//! The replay of a long table of calls (`tripwire/replay/formats/table.py`), row by row over
+//! Arrow batches, free of Python: each run's calls go through the guard's own `RunState`
+//! (`guard.rs`, the one source of the decisions), and whatever only the reference knows
+//! (a tool's policy, keys the native parser does not make, what an unusual result means,
+//! prices, messages) is asked of a [`Cold`] implementation, once per tool name, model or
+//! stop where it can be, and per call only on the rare paths. `simulate.py` is the
+//! reference for everything here: the figures a run gets, in the order it gets them.
+//!
+//! Scope (the Python side sends every other table down its own per-call path): one call a
+//! model turn (no `turn` column), arguments as JSON text, results as text, `error` as a
+//! boolean, no `usage`; `run`, `tool`, `model`, `label`, `call_id` as the table format
+//! reads them.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::arrow_ffi::Cell;
+use crate::canon::Text;
+use crate::guard::{
+    Action, Decision, Detail, Limits, Outcome, Question, Reason, RunState, ToolRule,
+};
+use crate::json::{self, VolatileNames};
+use crate::key::{key_of, Key};
+
+/// Steps of a run's timeline kept (`simulate.MAX_TIMELINE`).
+pub const MAX_TIMELINE: usize = 2000;
+/// Verdicts of calls waiting for their results, per run (`simulate.MAX_PENDING`).
+pub const MAX_PENDING: usize = 256;
+/// Tool names (and their policies) kept for the whole table: names come from the model, so
+/// past this many a new one is looked up each time it comes (the guard bounds its own).
+pub const MAX_NAMES: usize = 4096;
+
+/// A tool's policy as the guard uses it (`py_guard::ToolSpec`, reduced to what replay reads).
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub rule: Option<ToolRule>,
+    /// Keyed by the native parser (string arguments collapsed): not a whitespace-keeping tool.
+    pub native_key: bool,
+    /// Results judged by the built-in rules alone (`py_guard::ToolSpec::plain_results`).
+    pub plain_results: bool,
+}
+
+/// A stop's message detail, with names and texts resolved (the guard's `Detail`).
+#[derive(Clone, Debug)]
+pub enum StopDetail {
+    Plain,
+    Unchanged,
+    Failed(Arc<str>, u32),
+    Errors(u32, Arc<str>),
+    Empty(u32, Vec<Arc<str>>),
+    Cycle(Vec<Arc<str>>, bool),
+    PollLimit(u32),
+}
+
+/// What only the reference knows. `E`: an error that ends the replay (a Python exception).
+pub trait Cold {
+    type Error;
+    fn spec(&mut self, tool: &[u8]) -> Result<Spec, Self::Error>;
+    /// The key of a call the native parser does not key, and whether its arguments were
+    /// invalid JSON (keyed by their text); `Ok(Err(why))`: the guard refuses the call.
+    fn slow_key(
+        &mut self,
+        tool: &[u8],
+        args: &[u8],
+    ) -> Result<Result<(Key, bool), String>, Self::Error>;
+    /// What a result says, by the guard's rules (`Guard.observe`).
+    fn describe(
+        &mut self,
+        tool: &[u8],
+        result: &[u8],
+        error: Option<bool>,
+    ) -> Result<Outcome<Arc<str>>, Self::Error>;
+    fn question(&mut self, tool: &[u8], args: &[u8]) -> Result<Option<Question>, Self::Error>;
+    /// (input, output, cache read, cache write) dollars per million tokens.
+    fn price(&mut self, model: Option<&[u8]>) -> Result<[f64; 4], Self::Error>;
+    fn message(&mut self, stop: &Stop, detail: &StopDetail) -> Result<String, Self::Error>;
+}
+
+/// A run's figures (`simulate.Counts`).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    pub steps: u64,
+    pub steps_saved: u64,
+    pub turns: u64,
+    pub turns_saved: u64,
+    pub nudges: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub input_tokens_saved: u64,
+    pub output_tokens_saved: u64,
+    pub cost: f64,
+    pub cost_guarded: f64,
+    pub invalid_arguments: u64,
+    pub skipped_calls: u64,
+    pub results: u64,
+    pub results_unlinked: u64,
+}
+
+/// The stop of a run.
+#[derive(Clone, Debug)]
+pub struct Stop {
+    pub step: u64,
+    pub reason: Reason,
+    pub tool: Arc<str>,
+    pub repeats: u32,
+    pub key: Key,
+    pub row: u64,
+    pub message: String,
+    /// The stopped call: tool, arguments as logged (JSON text; `None`: null, so `{}`).
+    pub call: (Arc<str>, Option<String>),
+    /// The calls that led to it, the stop last: step, action, tool, arguments.
+    pub lead: Vec<(u64, Action, Arc<str>, Option<String>)>,
+}
+
+/// One run, replayed.
+#[derive(Debug)]
+pub struct RunOut {
+    pub name: String,
+    pub counts: Counts,
+    pub nudge: Option<(u64, Arc<str>)>,
+    pub stop: Option<Stop>,
+    pub timeline: Vec<u8>,
+    pub model: Option<String>,
+    pub reward: Option<f64>,
+    /// Nudges by tool, in the order the tools were first nudged.
+    pub tool_nudges: Vec<(Arc<str>, u64)>,
+    /// Model calls by model named, in the order first named.
+    pub models: Vec<(String, u64)>,
+    /// Whether any turn's tokens were estimated (all are, in this scope): "estimated".
+    pub estimated: bool,
+}
+
+/// Bad input, skipped: the row and the message (`Problem(path, None, message, "row N")`).
+pub type RowProblem = (u64, String);
+
+type State = RunState<(), u64, Arc<str>>;
+
+/// (input, output, cache read, cache write) dollars per million tokens.
+type Prices = [f64; 4];
+
+/// A verdict waiting for its call's result.
+#[derive(Clone)]
+struct Waiting {
+    step: u64,
+    key: Key,
+    action: Action,
+    tool: Arc<str>,
+}
+
+/// A call's id as the table gives it, or the row's own for a call without one.
+#[derive(Clone, Copy)]
+enum CallId<'a> {
+    Given(&'a [u8]),
+    Row(u64),
+}
+
+impl CallId<'_> {
+    fn owned(self) -> OwnedId {
+        match self {
+            CallId::Given(bytes) => OwnedId::Given(bytes.into()),
+            CallId::Row(n) => OwnedId::Row(n),
+        }
+    }
+}
+
+enum OwnedId {
+    Given(Box<[u8]>),
+    Row(u64),
+}
+
+impl OwnedId {
+    fn is(&self, id: CallId<'_>) -> bool {
+        match (self, id) {
+            (OwnedId::Given(a), CallId::Given(b)) => **a == *b,
+            (OwnedId::Row(a), CallId::Row(b)) => *a == b,
+            _ => false,
+        }
+    }
+}
+
+/// A call in the lead (`simulate._Run.lead`): its arguments' buffer is reused.
+struct LeadCall {
+    step: u64,
+    action: Action,
+    tool: Arc<str>,
+    args: Vec<u8>,
+    null: bool,
+}
+
+struct Open {
+    name: String,
+    state: State,
+    counts: Counts,
+    nudge: Option<(u64, Arc<str>)>,
+    stop: Option<Stop>,
+    timeline: Vec<u8>,
+    lead: VecDeque<LeadCall>,
+    transcript: u64,
+    model: Option<String>,
+    label: Option<f64>,
+    tool_nudges: Vec<(Arc<str>, u64)>,
+    models: Vec<(String, u64)>,
+    pending: VecDeque<(OwnedId, Waiting)>,
+    estimated: bool,
+}
+
+/// One row's cells, as the Python side mapped the columns.
+pub struct Row<'a> {
+    pub run: Cell<'a>,
+    pub tool: Cell<'a>,
+    pub args: Cell<'a>,
+    pub result: Cell<'a>,
+    pub error: Cell<'a>,
+    pub call_id: Cell<'a>,
+    pub model: Cell<'a>,
+    pub label: Cell<'a>,
+}
+
+/// The replay of one table: rows in, finished runs and problems out.
+pub struct TableReplay {
+    limits: Limits,
+    observe: bool,
+    /// The guard's volatile keys, and the default ones (results are keyed with those).
+    volatile: Arc<VolatileNames>,
+    default_volatile: Arc<VolatileNames>,
+    /// The guard's volatile keys can be compared natively (all exact `str`s).
+    native_keys: bool,
+    specs: crate::guard::NameMap<Spec>,
+    /// Prices by model name (at most `MAX_NAMES`), and of turns that name none.
+    prices: crate::guard::NameMap<Prices>,
+    unnamed_price: Option<Prices>,
+    tools: crate::guard::NameMap<Arc<str>>,
+    last_tool: Option<(Box<[u8]>, Spec, Arc<str>)>,
+    open: Option<Open>,
+    pub row: u64,
+    pub turns: u64,
+    pub finished: Vec<RunOut>,
+    pub problems: Vec<RowProblem>,
+    buffer: Vec<u8>,
+    /// Cells of text columns longer than this skip their row (`files.MAX_LINE_BYTES`), with
+    /// the message given for the first such column of the row, in `Row`'s order.
+    pub cell_limit: usize,
+    pub too_long: [Option<String>; 8],
+}
+
+fn text(cell: Cell<'_>) -> Option<&[u8]> {
+    match cell {
+        Cell::Text(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+/// Python's `len()` of UTF-8 text: its code points.
+fn chars(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| (b & 0xC0) != 0x80).count() as u64
+}
+
+/// `-(-n // 4)`: tokens of `n` bytes (`cost.estimate`).
+fn tokens(n: u64) -> u64 {
+    n.div_ceil(4)
+}
+
+/// Whether a JSON object text (already parsed once, so well formed) may be a harness's
+/// envelope rather than a tool's value (the reference's `unwrap` reads `type`, `role`,
+/// `content`, `tool_use_id` and `tool_call_id`): any of those names quoted anywhere in it, or
+/// a `\\u` escape that could spell one. Conservative: such results go to the reference.
+fn may_be_envelope(text: &str) -> bool {
+    const NAMES: [&str; 6] = [
+        "\"type\"",
+        "\"role\"",
+        "\"content\"",
+        "\"tool_use_id\"",
+        "\"tool_call_id\"",
+        "\\u",
+    ];
+    NAMES.iter().any(|name| text.contains(name))
+}
+
+/// Whether a JSON object text is `{}` (whitespace aside): the reference's `_is_empty`.
+fn empty_object(text: &[u8]) -> bool {
+    let mut inner = text
+        .iter()
+        .skip(1)
+        .filter(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    inner.next() == Some(&b'}')
+}
+
+/// Whether no string in this JSON text holds whitespace (nor an escape that could be some):
+/// then keeping strings' whitespace (a whitespace-keeping tool's key, the reference's
+/// `verbatim_key_json`) and collapsing it key the call alike, and the native parser keys it.
+/// ASCII only, and no whitespace byte anywhere, so a text with any is left to the reference.
+fn nothing_to_collapse(text: &[u8]) -> bool {
+    text.iter()
+        .all(|&b| b.is_ascii() && b != b'\\' && !matches!(b, 0x09..=0x0D | 0x1C..=0x20))
+}
+
+impl TableReplay {
+    pub fn new(
+        limits: Limits,
+        observe: bool,
+        volatile: Arc<VolatileNames>,
+        default_volatile: Arc<VolatileNames>,
+        native_keys: bool,
+    ) -> TableReplay {
+        TableReplay {
+            limits,
+            observe,
+            volatile,
+            default_volatile,
+            native_keys,
+            specs: Default::default(),
+            prices: Default::default(),
+            unnamed_price: None,
+            tools: Default::default(),
+            last_tool: None,
+            open: None,
+            row: 0,
+            turns: 0,
+            finished: Vec::new(),
+            problems: Vec::new(),
+            buffer: Vec::new(),
+            cell_limit: usize::MAX,
+            too_long: Default::default(),
+        }
+    }
+
+    fn spec<C: Cold>(&mut self, cold: &mut C, tool: &[u8]) -> Result<Spec, C::Error> {
+        if let Some((last, spec, _)) = &self.last_tool {
+            if **last == *tool {
+                return Ok(*spec);
+            }
+        }
+        if let Some(spec) = self.specs.get(tool) {
+            return Ok(*spec);
+        }
+        let spec = cold.spec(tool)?;
+        if self.specs.len() < MAX_NAMES {
+            self.specs.insert(tool.into(), spec);
+        }
+        Ok(spec)
+    }
+
+    /// The tool's name as kept (one copy a name), and remembered as the last tool with its
+    /// policy: agents call one tool again and again.
+    fn tool_name(&mut self, tool: &[u8], spec: Spec) -> Arc<str> {
+        if let Some((last, _, name)) = &self.last_tool {
+            if **last == *tool {
+                return name.clone();
+            }
+        }
+        let name = match self.tools.get(tool) {
+            Some(name) => name.clone(),
+            None => {
+                let name: Arc<str> = String::from_utf8_lossy(tool).into();
+                if self.tools.len() < MAX_NAMES {
+                    self.tools.insert(tool.into(), name.clone());
+                }
+                name
+            }
+        };
+        self.last_tool = Some((tool.into(), spec, name.clone()));
+        name
+    }
+
+    fn price<C: Cold>(&mut self, cold: &mut C, model: Option<&[u8]>) -> Result<[f64; 4], C::Error> {
+        let known = match model {
+            Some(name) => self.prices.get(name).copied(),
+            None => self.unnamed_price,
+        };
+        if let Some(price) = known {
+            return Ok(price);
+        }
+        let price = cold.price(model)?;
+        match model {
+            Some(name) if self.prices.len() < MAX_NAMES => {
+                self.prices.insert(name.into(), price);
+            }
+            Some(_) => {}
+            None => self.unnamed_price = Some(price),
+        }
+        Ok(price)
+    }
+
+    /// The native key of a call, or `None` where only the reference keys it.
+    fn native_key(&mut self, tool: &[u8], args: &[u8], volatile: bool) -> Option<Key> {
+        if args.starts_with(b"\xEF\xBB\xBF") || std::str::from_utf8(args).is_err() {
+            return None; // json.loads refuses a BOM in a str; only valid UTF-8 is read here
+        }
+        let names = if volatile {
+            &*self.volatile
+        } else {
+            &*self.default_volatile
+        };
+        let mut out = std::mem::take(&mut self.buffer);
+        out.clear();
+        let written = json::canonical_call_append(
+            &mut out,
+            json::ToolName::Text(Text::Wtf8(tool)),
+            args,
+            names,
+            json::MIN_INT_DIGIT_LIMIT,
+        );
+        let key = written.ok().map(|()| key_of(&out));
+        self.buffer = out;
+        key
+    }
+
+    /// One row of the table (`table._Rows.batch`, then `Fleet.feed` on its events).
+    pub fn row<C: Cold>(&mut self, cold: &mut C, row: Row<'_>) -> Result<(), C::Error> {
+        self.row += 1;
+        let number = self.row;
+        let cells = [
+            row.run,
+            row.tool,
+            row.args,
+            row.result,
+            row.error,
+            row.call_id,
+            row.model,
+            row.label,
+        ];
+        for (cell, message) in cells.iter().zip(&self.too_long) {
+            if let (Cell::Text(bytes), Some(message)) = (cell, message) {
+                if bytes.len() > self.cell_limit {
+                    self.problems.push((number, message.clone()));
+                    return Ok(());
+                }
+            }
+        }
+        let mut digits = itoa::Buffer::new();
+        let run_name: &[u8] = match row.run {
+            Cell::Text(bytes) if !bytes.is_empty() => bytes,
+            Cell::Int(n) => digits.format(n).as_bytes(),
+            Cell::UInt(n) => digits.format(n).as_bytes(),
+            Cell::Text(_) => {
+                self.problems
+                    .push((number, "run is '', not a name; row skipped".into()));
+                return Ok(());
+            }
+            _ => {
+                self.problems
+                    .push((number, "run is None, not a name; row skipped".into()));
+                return Ok(());
+            }
+        };
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| *o.name.as_bytes() != *run_name)
+        {
+            self.end();
+        }
+        let tool = match text(row.tool) {
+            Some(t) if !t.is_empty() => t,
+            Some(_) => {
+                self.problems
+                    .push((number, "tool is '', not a name; row skipped".into()));
+                return Ok(());
+            }
+            None => {
+                self.problems
+                    .push((number, "tool is None, not a name; row skipped".into()));
+                return Ok(());
+            }
+        };
+        let args = text(row.args);
+        let label = match row.label {
+            Cell::Bool(b) => Some(if b { 1.0 } else { 0.0 }),
+            Cell::Int(n) => Some(n as f64),
+            Cell::UInt(n) => Some(n as f64),
+            Cell::Float(f) => Some(f),
+            _ => None,
+        };
+        let model = text(row.model);
+        let error = match row.error {
+            Cell::Bool(b) => Some(b),
+            _ => None,
+        };
+        let result = text(row.result);
+        let mut id_digits = itoa::Buffer::new();
+        let call_id = match row.call_id {
+            Cell::Text(bytes) => CallId::Given(bytes),
+            Cell::Int(n) => CallId::Given(id_digits.format(n).as_bytes()),
+            Cell::UInt(n) => CallId::Given(id_digits.format(n).as_bytes()),
+            // The table format's own id for a call without one: unique to its row.
+            _ => CallId::Row(number),
+        };
+        let open = self.open.get_or_insert_with(|| Open {
+            name: String::from_utf8_lossy(run_name).into_owned(),
+            state: State::default(),
+            counts: Counts::default(),
+            nudge: None,
+            stop: None,
+            timeline: Vec::new(),
+            lead: VecDeque::new(),
+            transcript: 0,
+            model: None,
+            label: None,
+            tool_nudges: Vec::new(),
+            models: Vec::new(),
+            pending: VecDeque::new(),
+            estimated: false,
+        });
+        if label.is_some() {
+            open.label = label;
+        }
+        self.turns += 1;
+        let ran = open.stop.is_none();
+        let mut checked: Option<Waiting> = None;
+        if ran {
+            checked = self.check(cold, tool, args, number)?;
+        } else {
+            let open = self.open.as_mut().expect("opened above");
+            open.counts.steps += 1;
+            if open.timeline.len() < MAX_TIMELINE {
+                open.timeline.push(b'.');
+            }
+        }
+        self.money(cold, args, model, ran)?;
+        // The result, after its turn (`_Rows._flush`).
+        if let Some(result) = result {
+            if self.observe {
+                self.result(cold, call_id, checked, result, error)?;
+            }
+        } else if let (Some(waiting), true) = (checked, self.observe) {
+            self.wait(call_id, waiting);
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, call_id: CallId<'_>, waiting: Waiting) {
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        if let Some(at) = open.pending.iter().rposition(|(id, _)| id.is(call_id)) {
+            open.pending.remove(at);
+        }
+        open.pending.push_back((call_id.owned(), waiting));
+        if open.pending.len() > MAX_PENDING {
+            open.pending.pop_front();
+        }
+    }
+
+    /// Checks the row's call (`Fleet._check`); the verdict to wait for its result, unless it
+    /// stopped the run or was skipped.
+    fn check<C: Cold>(
+        &mut self,
+        cold: &mut C,
+        tool: &[u8],
+        args: Option<&[u8]>,
+        number: u64,
+    ) -> Result<Option<Waiting>, C::Error> {
+        let spec = self.spec(cold, tool)?;
+        let keyed = args.unwrap_or(b"{}");
+        let native = if self.native_keys && (spec.native_key || nothing_to_collapse(keyed)) {
+            self.native_key(tool, keyed, true)
+        } else {
+            None
+        };
+        let (key, invalid) = match native {
+            Some(key) => (key, false),
+            None => match cold.slow_key(tool, keyed)? {
+                Ok(found) => found,
+                Err(why) => {
+                    let open = self.open.as_mut().expect("open run");
+                    open.counts.skipped_calls += 1;
+                    let name = String::from_utf8_lossy(tool);
+                    self.problems
+                        .push((number, format!("call to {name} skipped: {why}")));
+                    return Ok(None);
+                }
+            },
+        };
+        let name = self.tool_name(tool, spec);
+        let wants = self.open.as_ref().is_some_and(|o| o.state.wants);
+        let question = if wants {
+            cold.question(tool, keyed)?
+        } else {
+            None
+        };
+        let open = self.open.as_mut().expect("open run");
+        let state = &mut open.state;
+        let tool_id = state.intern_tool(tool, || name.clone());
+        let decision: Decision = state.decide(&self.limits, key, spec.rule, question);
+        let action = decision.action;
+        if invalid {
+            open.counts.invalid_arguments += 1;
+        }
+        if open.timeline.len() < MAX_TIMELINE {
+            open.timeline.push(match action {
+                Action::Allow => b'a',
+                Action::Nudge => b'n',
+                Action::Stop => b's',
+            });
+        }
+        // The lead: the last `window` calls, buffers reused.
+        let mut call = if open.lead.len() >= self.limits.window {
+            open.lead.pop_front().expect("non-empty")
+        } else {
+            LeadCall {
+                step: 0,
+                action,
+                tool: name.clone(),
+                args: Vec::new(),
+                null: false,
+            }
+        };
+        call.step = decision.step;
+        call.action = action;
+        call.tool = name.clone();
+        call.args.clear();
+        call.args.extend_from_slice(keyed);
+        call.null = args.is_none();
+        open.lead.push_back(call);
+        let detail = if action == Action::Stop {
+            let names = |ids: &[u32]| -> Vec<Arc<str>> {
+                ids.iter()
+                    .filter_map(|&id| state.tool_name(id).cloned())
+                    .collect()
+            };
+            let error = |digest: &Key| -> Arc<str> {
+                state
+                    .error_text(*digest)
+                    .cloned()
+                    .unwrap_or_else(|| "".into())
+            };
+            Some(match &decision.detail {
+                Detail::Plain => StopDetail::Plain,
+                Detail::Unchanged => StopDetail::Unchanged,
+                Detail::Failed(digest, n) => StopDetail::Failed(error(digest), *n),
+                Detail::Errors(n, digest) => StopDetail::Errors(*n, error(digest)),
+                Detail::Empty(n, ids) => StopDetail::Empty(*n, names(ids)),
+                Detail::Cycle(ids, writes) => StopDetail::Cycle(names(ids), *writes),
+                Detail::PollLimit(n) => StopDetail::PollLimit(*n),
+            })
+        } else {
+            None
+        };
+        let policy = spec.rule.map(|r| r.policy);
+        let held = (question.is_none() && action == Action::Allow).then_some(decision.step);
+        let latched = (action == Action::Stop).then_some(());
+        drop(state.commit(
+            &self.limits,
+            key,
+            tool_id,
+            &decision,
+            policy,
+            latched,
+            None,
+            question,
+            held.map(|step| (step, true)),
+        ));
+        match action {
+            Action::Nudge => {
+                open.counts.nudges += 1;
+                if open.nudge.is_none() {
+                    open.nudge = Some((decision.step, name.clone()));
+                }
+                match open.tool_nudges.iter_mut().find(|(t, _)| *t == name) {
+                    Some((_, n)) => *n += 1,
+                    None => open.tool_nudges.push((name.clone(), 1)),
+                }
+            }
+            Action::Stop => {
+                open.counts.steps += 1; // this turn's one distinct call (`_stopped`)
+                open.pending.clear();
+                let mut stop = Stop {
+                    step: decision.step,
+                    reason: decision.reason.unwrap_or(Reason::LoopDetected),
+                    tool: name.clone(),
+                    repeats: decision.repeats,
+                    key,
+                    row: number,
+                    message: String::new(),
+                    call: (
+                        name.clone(),
+                        args.map(|a| String::from_utf8_lossy(a).into_owned()),
+                    ),
+                    lead: open
+                        .lead
+                        .drain(..)
+                        .map(|c| {
+                            let args =
+                                (!c.null).then(|| String::from_utf8_lossy(&c.args).into_owned());
+                            (c.step, c.action, c.tool, args)
+                        })
+                        .collect(),
+                };
+                let detail = detail.unwrap_or(StopDetail::Plain);
+                stop.message = cold.message(&stop, &detail)?;
+                let open = self.open.as_mut().expect("open run");
+                open.stop = Some(stop);
+                return Ok(None);
+            }
+            Action::Allow => {}
+        }
+        open.counts.steps = open.state.steps();
+        Ok(Some(Waiting {
+            step: decision.step,
+            key,
+            action,
+            tool: name,
+        }))
+    }
+
+    /// The turn's tokens and money (`Fleet._turn`, after the check): estimated from the
+    /// run's transcript, as a turn without usage is.
+    fn money<C: Cold>(
+        &mut self,
+        cold: &mut C,
+        args: Option<&[u8]>,
+        model: Option<&[u8]>,
+        ran: bool,
+    ) -> Result<(), C::Error> {
+        let price = self.price(cold, model)?;
+        let open = self.open.as_mut().expect("open run");
+        let produced = args.map_or(0, chars);
+        let input = tokens(open.transcript);
+        let output = tokens(produced);
+        open.transcript += produced;
+        open.estimated = true;
+        if let Some(model) = model {
+            let model = String::from_utf8_lossy(model);
+            open.model = Some(model.clone().into_owned());
+            match open.models.iter_mut().find(|(m, _)| **m == *model) {
+                Some((_, n)) => *n += 1,
+                None => open.models.push((model.into_owned(), 1)),
+            }
+        }
+        // As `Prices.cost`, term by term in its order (fresh is all of the input here).
+        let [p_in, p_out, p_read, p_write] = price;
+        let cost =
+            (input as f64 * p_in + 0.0 * p_read + 0.0 * p_write + output as f64 * p_out) / 1e6;
+        let counts = &mut open.counts;
+        counts.turns += 1;
+        counts.input_tokens += input;
+        counts.output_tokens += output;
+        counts.cost += cost;
+        if ran {
+            counts.cost_guarded += cost;
+        } else {
+            counts.turns_saved += 1;
+            counts.input_tokens_saved += input;
+            counts.output_tokens_saved += output;
+        }
+        Ok(())
+    }
+
+    /// A tool result (`Fleet._result`): to the guard, with its call's verdict.
+    fn result<C: Cold>(
+        &mut self,
+        cold: &mut C,
+        call_id: CallId<'_>,
+        checked: Option<Waiting>,
+        result: &[u8],
+        error: Option<bool>,
+    ) -> Result<(), C::Error> {
+        let Some(open) = self.open.as_mut() else {
+            return Ok(());
+        };
+        if open.stop.is_some() {
+            return Ok(()); // the run is over
+        }
+        // The call's own verdict is the newest waiting under its id (`_await_results`).
+        let waiting = match checked {
+            Some(waiting) => {
+                if let Some(at) = open.pending.iter().rposition(|(id, _)| id.is(call_id)) {
+                    open.pending.remove(at);
+                }
+                Some(waiting)
+            }
+            None => open
+                .pending
+                .iter()
+                .rposition(|(id, _)| id.is(call_id))
+                .and_then(|at| open.pending.remove(at))
+                .map(|(_, w)| w),
+        };
+        let Some(waiting) = waiting else {
+            open.counts.results_unlinked += 1;
+            return Ok(());
+        };
+        open.counts.results += 1;
+        if waiting.action != Action::Allow {
+            return Ok(());
+        }
+        let spec = self.spec(cold, waiting.tool.as_bytes())?;
+        let outcome = match self.plain_outcome(&spec, result, error) {
+            Some(outcome) => outcome,
+            None => cold.describe(waiting.tool.as_bytes(), result, error)?,
+        };
+        let open = self.open.as_mut().expect("open run");
+        let (released, ask) = open.state.observe(waiting.step, waiting.key, None, outcome);
+        drop(released);
+        if let Some(Some((step, _))) = ask {
+            let args = open
+                .lead
+                .iter()
+                .rev()
+                .find(|c| c.step == step)
+                .map(|c| c.args.clone());
+            if let Some(args) = args {
+                let question = cold.question(waiting.tool.as_bytes(), &args)?;
+                let open = self.open.as_mut().expect("open run");
+                open.state.set_question(waiting.step, waiting.key, question);
+            }
+        }
+        Ok(())
+    }
+
+    /// The commonest result natively: a JSON object that is no harness's envelope, told as
+    /// no failure, of a tool whose results the built-in rules judge. Its digest is the
+    /// reference's `call_key("result", json.loads(text))` (the key contract makes the JSON
+    /// text's key that of its value), empty when it has no keys. `None`: the reference's.
+    fn plain_outcome(
+        &mut self,
+        spec: &Spec,
+        result: &[u8],
+        error: Option<bool>,
+    ) -> Option<Outcome<Arc<str>>> {
+        if !spec.plain_results || error == Some(true) || result.first() != Some(&b'{') {
+            return None;
+        }
+        let key = self.native_key(b"result", result, false)?;
+        // Valid UTF-8: `native_key` checked it.
+        if may_be_envelope(std::str::from_utf8(result).ok()?) {
+            return None;
+        }
+        Some(Outcome {
+            result: Some(key),
+            empty: empty_object(result),
+            failed: false,
+            transient: false,
+            error: None,
+        })
+    }
+
+    /// The open run is over (`_Rows.end`, `Fleet._finish`).
+    pub fn end(&mut self) {
+        let Some(open) = self.open.take() else { return };
+        let mut counts = open.counts;
+        if let Some(stop) = &open.stop {
+            counts.steps_saved = counts.steps - (stop.step - 1);
+        }
+        self.finished.push(RunOut {
+            name: open.name,
+            counts,
+            nudge: open.nudge,
+            stop: open.stop,
+            timeline: open.timeline,
+            model: open.model,
+            reward: open.label,
+            tool_nudges: open.tool_nudges,
+            models: open.models,
+            estimated: open.estimated,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_and_empty_objects() {
+        assert!(empty_object(b"{}"));
+        assert!(empty_object(b"{ \n }"));
+        assert!(!empty_object(br#"{"a": null}"#));
+        assert!(!may_be_envelope(r#"{"ok": true, "text": "a type"}"#));
+        assert!(may_be_envelope(r#"{"type": "text"}"#));
+        assert!(may_be_envelope(r#"{"tool_use_id": null}"#));
+        assert!(may_be_envelope(r#"{"t\u0079pe": 1}"#));
+    }
+
+    /// The reference's answers, made up: every tool without a policy, a fixed price.
+    struct Fixed;
+
+    impl Cold for Fixed {
+        type Error = String;
+        fn spec(&mut self, _: &[u8]) -> Result<Spec, String> {
+            Ok(Spec {
+                rule: None,
+                native_key: true,
+                plain_results: true,
+            })
+        }
+        fn slow_key(
+            &mut self,
+            _: &[u8],
+            args: &[u8],
+        ) -> Result<Result<(Key, bool), String>, String> {
+            Ok(Ok((key_of(args), true)))
+        }
+        fn describe(
+            &mut self,
+            _: &[u8],
+            _: &[u8],
+            _: Option<bool>,
+        ) -> Result<Outcome<Arc<str>>, String> {
+            Err("not asked in these tests".into())
+        }
+        fn question(&mut self, _: &[u8], _: &[u8]) -> Result<Option<Question>, String> {
+            Ok(None)
+        }
+        fn price(&mut self, _: Option<&[u8]>) -> Result<[f64; 4], String> {
+            Ok([3.0, 15.0, 0.3, 3.75])
+        }
+        fn message(&mut self, stop: &Stop, _: &StopDetail) -> Result<String, String> {
+            Ok(format!("stopped at {}", stop.step))
+        }
+    }
+
+    fn replay(rows: &[(&str, &str, Option<&str>)]) -> (Vec<RunOut>, Vec<RowProblem>) {
+        let names = || Arc::new(VolatileNames::new(vec![b"request_id".to_vec()]));
+        let limits = Limits {
+            window: 12,
+            nudge_at: 2,
+            stop_at: 3,
+            max_steps: None,
+        };
+        let mut core = TableReplay::new(limits, true, names(), names(), true);
+        for (run, tool, result) in rows {
+            core.row(
+                &mut Fixed,
+                Row {
+                    run: Cell::Text(run.as_bytes()),
+                    tool: Cell::Text(tool.as_bytes()),
+                    args: Cell::Text(b"{\"q\": 1}"),
+                    result: result.map_or(Cell::Null, |r| Cell::Text(r.as_bytes())),
+                    error: Cell::Bool(false),
+                    call_id: Cell::Null,
+                    model: Cell::Null,
+                    label: Cell::Null,
+                },
+            )
+            .expect("no cold error");
+        }
+        core.end();
+        (core.finished, core.problems)
+    }
+
+    #[test]
+    fn a_repeated_call_is_stopped_and_the_rest_counted_as_saved() {
+        let rows = [
+            ("a", "t", None),
+            ("a", "t", None),
+            ("a", "t", None),
+            ("a", "t", None),
+            ("b", "", None),
+        ];
+        let (runs, problems) = replay(&rows);
+        assert_eq!(
+            problems,
+            vec![(5, "tool is '', not a name; row skipped".to_string())]
+        );
+        let [run] = &runs[..] else { panic!("one run") };
+        let stop = run.stop.as_ref().expect("stopped");
+        assert_eq!((stop.step, stop.message.as_str()), (3, "stopped at 3"));
+        assert_eq!(
+            (run.counts.steps, run.counts.steps_saved, run.counts.nudges),
+            (4, 2, 1)
+        );
+        assert_eq!(run.timeline, b"ans.");
+        assert_eq!(stop.lead.len(), 3);
+        // Tokens: each turn re-sends the transcript so far (8 characters of arguments a
+        // turn, 4 to a token, rounded up).
+        assert_eq!(run.counts.input_tokens, 2 + 4 + 6);
+        assert_eq!(run.counts.turns_saved, 1);
+    }
+
+    #[test]
+    fn results_that_change_are_progress() {
+        let rows = [
+            ("a", "t", Some(r#"{"n":1}"#)),
+            ("a", "t", Some(r#"{"n":2}"#)),
+            ("a", "t", Some(r#"{"n":3}"#)),
+            ("a", "t", Some(r#"{"n":4}"#)),
+        ];
+        let (runs, _) = replay(&rows);
+        assert!(runs[0].stop.is_none());
+        assert_eq!(runs[0].counts.results, 4);
+    }
+
+    #[test]
+    fn chars_counts_code_points() {
+        assert_eq!(chars("a€😀".as_bytes()), 3);
+        assert_eq!(tokens(0), 0);
+        assert_eq!(tokens(5), 2);
+    }
+
+    #[test]
+    fn collapsing_changes_nothing_only_without_whitespace() {
+        assert!(nothing_to_collapse(br#"{"path":"a.py","line":3}"#));
+        assert!(!nothing_to_collapse(br#"{"path": "a.py"}"#));
+        assert!(!nothing_to_collapse(br#"{"code":"a\nb"}"#));
+        assert!(!nothing_to_collapse("{\"x\":\"\u{3000}\"}".as_bytes()));
+        assert!(!nothing_to_collapse(b"{\"x\":\"a\x1fb\"}"));
+    }
+}
