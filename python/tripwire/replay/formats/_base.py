@@ -93,7 +93,7 @@ class TraceShapeError(ValueError):
     """Input of a shape its reader cannot read: a line that is not JSON, or a record or
     document of a known format whose fields are not what the format puts there. The one
     error a reader raises on purpose, from explicit checks (``expect_object``,
-    ``expect_list``): the file reader catches it alone, reports a ``Problem`` and skips what
+    ``unexpected``): the file reader catches it alone, reports a ``Problem`` and skips what
     it was reading, so that any other exception raised while reading (a ``TypeError`` or
     ``AttributeError`` of our own) is a bug, and propagates.
 
@@ -176,15 +176,6 @@ def expect_object(
     """``value``, which the format says is an object: else a ``TraceShapeError``."""
     if type(value) is not dict:
         raise unexpected(field, value, "an object", line=line, where=where)
-    return value
-
-
-def expect_list(
-    value: Any, field: str, *, line: int | None = None, where: str | None = None
-) -> list[Any]:
-    """``value``, which the format says is a list: else a ``TraceShapeError``."""
-    if type(value) is not list:
-        raise unexpected(field, value, "a list", line=line, where=where)
     return value
 
 
