@@ -321,11 +321,27 @@ pub fn ascii_of<'a>(text: &'a Bound<'_, PyString>) -> Option<&'a [u8]> {
     let ptr = text.as_ptr();
     // SAFETY: `ptr` is a str; a compact ASCII one keeps its characters right after its
     // header, and the slice borrows `text`, which outlives it; str objects are immutable.
+    #[cfg(not(Py_3_14))]
     unsafe {
         (ffi::PyUnicode_IS_COMPACT_ASCII(ptr) != 0).then(|| {
             let len = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
             std::slice::from_raw_parts(ffi::PyUnicode_DATA(ptr) as *const u8, len)
         })
+    }
+    // CPython 3.14 changed the header's bit fields, and PyO3 0.30 no longer reads them (no
+    // `PyUnicode_IS_COMPACT_ASCII`): a one-byte str is taken as ASCII when its bytes are,
+    // a scan of the text (SIMD in `is_ascii`) where earlier versions read one bit.
+    // SAFETY: `ptr` is a str; `PyUnicode_DATA` points at its `PyUnicode_GET_LENGTH` code
+    // units of `PyUnicode_KIND` bytes each, which the slice borrows with `text`, which
+    // outlives it; str objects are immutable.
+    #[cfg(Py_3_14)]
+    unsafe {
+        if ffi::PyUnicode_KIND(ptr) != ffi::PyUnicode_1BYTE_KIND {
+            return None;
+        }
+        let len = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
+        let units = std::slice::from_raw_parts(ffi::PyUnicode_DATA(ptr) as *const u8, len);
+        units.is_ascii().then_some(units)
     }
 }
 

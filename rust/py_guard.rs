@@ -823,7 +823,7 @@ impl Guard {
         // rules, the reference's, which take it as unknown (a result is never raised).
         let plain = match plain_result(result) {
             Ok(plain) => plain,
-            Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
+            Err(err) if results_own(py, &err) => None,
             Err(err) => return Err(err),
         };
         match plain {
@@ -991,10 +991,11 @@ fn plain_outcome(
         canonical_key(py, name, result, volatile)
     });
     // As the reference's `digest`: any `Exception` of the result's own makes it unknown
-    // (a result is never raised); `KeyboardInterrupt` and the like go through.
+    // (a result is never raised); `KeyboardInterrupt` and the like go through, and so does
+    // `MemoryError` (running out of memory is not a result that cannot be keyed).
     let digest = match keyed {
         Ok(key) => Some(key),
-        Err(err) if err.is_instance_of::<pyo3::exceptions::PyException>(py) => None,
+        Err(err) if results_own(py, &err) => None,
         Err(err) => return Err(err),
     };
     Ok(Outcome {
@@ -1004,6 +1005,14 @@ fn plain_outcome(
         transient: false,
         error: None,
     })
+}
+
+/// Whether an error raised while a result was read is the result's own (an `Exception` of
+/// its methods: the result is then unknown, never raised), as the reference's `digest` and
+/// `describe_result` tell: `KeyboardInterrupt`, `SystemExit` and `MemoryError` are not.
+fn results_own(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<pyo3::exceptions::PyException>(py)
+        && !err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
 }
 
 /// What a result says, by the reference's `describe_result` (one source of the rules): its

@@ -535,3 +535,34 @@ def test_bad_redis_urls(url: str) -> None:
 
     with pytest.raises(ValueError, match="--redis"):
         parse_url(url)
+
+
+def test_running_out_of_memory_loading_the_state_keeps_it(tmp_path: Path) -> None:
+    """A ``MemoryError`` while the guard's state is loaded is not a damaged state: it is
+    raised (the hook then allows the call, ``commands.hook``), and the stored state is left
+    as it was, not replaced by a fresh guard's."""
+    import tripwire
+    from tripwire.hooks._store import FileStore
+
+    class OutOfMemory:
+        """A guard whose state cannot be loaded for want of memory."""
+
+        def __init__(self) -> None:
+            self._guard = tripwire.Guard()
+
+        def load(self, data: bytes) -> None:
+            raise MemoryError
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._guard, name)
+
+    store = FileStore(str(tmp_path / "state"), 24.0, tripwire.Guard)
+    with store.session("claude-code", "s1") as session:
+        session.guard.check("Read", {"file_path": "/work/app.log"})
+    [path] = (tmp_path / "state" / "sessions").glob("*.json")
+    kept = path.read_bytes()
+    assert json.loads(kept)["guard"]
+    starved = FileStore(str(tmp_path / "state"), 24.0, OutOfMemory)
+    with pytest.raises(MemoryError), starved.session("claude-code", "s1"):
+        pass
+    assert path.read_bytes() == kept

@@ -1549,6 +1549,33 @@ def test_results_are_read_alike_by_both_backends(
     assert snapshots[0] == snapshots[1]
 
 
+# Results whose reading runs out of memory: on the fast path (a list's element keyed), on the
+# full rules (an object in a dict), and in an SDK object's model_dump.
+OUT_OF_MEMORY_RESULTS: list[tuple[str, Callable[[], Any]]] = [
+    ("plain-list", lambda: [ItemsDict({"a": 1}, items=raising(MemoryError()))]),
+    ("dict", lambda: {"x": ItemsDict({"a": 1}, items=raising(MemoryError()))}),
+    ("model-dump", lambda: Model(raising(MemoryError()))),
+]
+
+
+@pytest.mark.parametrize(
+    "result", [make for _, make in OUT_OF_MEMORY_RESULTS], ids=[c for c, _ in OUT_OF_MEMORY_RESULTS]
+)
+def test_a_memory_error_reading_a_result_is_raised_not_unknown(
+    module: ModuleType, result: Callable[[], Any]
+) -> None:
+    """A result is never raised, but running out of memory is not the result's doing: a
+    ``MemoryError`` while it is read goes through, in both backends, rather than being read
+    as "result unknown" (which would hide it). The same results raising their own
+    exception are unknown (``test_observe_never_raises_a_results_own_exception``)."""
+    guard = module.Guard(tools={"t": "read"})
+    verdict = guard.check("t", 1)
+    with pytest.raises(MemoryError):
+        guard.observe(verdict, result())
+    own = [ItemsDict({"a": 1}, items=raising(Boom("items")))]
+    guard.observe(guard.check("t", 2), own)  # its own exception: unknown, not raised
+
+
 @pytest.mark.parametrize(
     "kind",
     [LooksLikeText(), TextLies("image"), ["text"], {"text": 1}],

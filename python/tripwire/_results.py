@@ -127,6 +127,8 @@ def unwrap(result: Any) -> tuple[Any, bool | None]:
             return _safe_str(result), None
         try:
             result = _dumped(dump)
+        except MemoryError:
+            raise  # the process is out of memory: not something the result said
         except Exception:
             # A broken SDK object must not stop the harness: compared by its text.
             return _safe_str(result), None
@@ -176,6 +178,8 @@ def _error_text(value: Any) -> str:
 def _safe_repr(value: Any) -> str:
     try:
         return repr(value)
+    except MemoryError:
+        raise
     except Exception:
         return f"<{type(value).__name__}>"
 
@@ -184,6 +188,8 @@ def _safe_str(value: Any, broken: str | None = None) -> str:
     """``str(value)``, or (where that raises) ``broken``, by default the type's name."""
     try:
         return str(value)
+    except MemoryError:
+        raise
     except Exception:
         return f"<{type(value).__name__}>" if broken is None else broken
 
@@ -204,11 +210,15 @@ def digest(
     ``key``: the backend's ``call_key`` (the native guard passes its own; the keys are
     equal, the native one is faster); ``volatile_keys``: the dict keys dropped at any depth
     (``None``: the default ones). Any ``Exception`` of the result's own is caught (a result
-    is never raised); ``KeyboardInterrupt`` and the like go through."""
+    is never raised); ``KeyboardInterrupt`` and the like go through, and so does
+    ``MemoryError``: a process out of memory is not a result that cannot be keyed, and
+    reading it as "result unknown" would hide it."""
     try:
         if volatile_keys is None:
             return key(name, value)
         return key(name, value, volatile_keys=volatile_keys)
+    except MemoryError:
+        raise
     except Exception:
         return None
 
@@ -244,9 +254,12 @@ def describe_result(
 
     Never raises an ``Exception`` (a result is never raised): a result whose own methods
     raise while it is read (a ``__len__``, an ``__eq__``, a ``__getattr__``) is taken as
-    unknown. ``KeyboardInterrupt`` and ``SystemExit`` go through."""
+    unknown. ``KeyboardInterrupt``, ``SystemExit`` and ``MemoryError`` go through: running
+    out of memory is never read as "result unknown"."""
     try:
         return _describe(result, error, transient, policy, key)
+    except MemoryError:
+        raise
     except Exception:
         return _UNKNOWN
 

@@ -150,6 +150,10 @@ class Session:
             try:
                 # binascii, not base64: base64 imports struct and re-checks what this does.
                 session.guard.load(binascii.a2b_base64(snapshot, strict_mode=True))
+            except MemoryError:
+                # Not a damaged state: out of memory, the hook allows the call and leaves the
+                # stored state as it is, rather than replacing it with a fresh guard's.
+                raise
             except Exception as exc:
                 session.warnings.append(
                     f"the session's guard state is unusable ({exc}); a fresh guard is used"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from tripwire._results import content_value
 from tripwire.replay.cost import Usage
@@ -87,6 +87,96 @@ class RunEnd:
 
 
 Event = Turn | Result | UserMessage | Problem | RunEnd
+
+
+class TraceShapeError(ValueError):
+    """Input of a shape its reader cannot read: a line that is not JSON, or a record or
+    document of a known format whose fields are not what the format puts there. The one
+    error a reader raises on purpose, from explicit checks (``expect_object``,
+    ``unexpected``): the file reader catches it alone, reports a ``Problem`` and skips what
+    it was reading, so that any other exception raised while reading (a ``TypeError`` or
+    ``AttributeError`` of our own) is a bug, and propagates.
+
+    ``str()`` says what is wrong (``"unexpected shape: data is a list, not an object"``);
+    ``expected``: what the reader wanted there, where it says; ``path``, ``line`` and
+    ``where``: where it is, where the raiser knows (the file reader fills in the rest)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: str | None = None,
+        path: str | None = None,
+        line: int | None = None,
+        where: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.expected = expected
+        self.path = path
+        self.line = line
+        self.where = where
+
+    def problem(self, path: str, line: int | None, skipped: str, where: str | None) -> Problem:
+        """The ``Problem`` reported for it: its own location where it has one, else the
+        one given (the line being read); ``skipped`` says what was skipped."""
+        return Problem(
+            self.path or path,
+            self.line if self.line is not None else line,
+            f"{self.message}; {skipped}",
+            self.where if self.where is not None else where,
+        )
+
+
+class _Missing:
+    """Stands for a field a record does not have (``record.get(field, MISSING)``)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final[Any] = _Missing()
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for a message: ``an object``, ``a list``, ``text``..."""
+    if value is MISSING:
+        return "missing"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def unexpected(
+    field: str, value: Any, expected: str, *, line: int | None = None, where: str | None = None
+) -> TraceShapeError:
+    """The shape error for a field that holds ``value`` where the format puts ``expected``
+    (``unexpected("data", [], "an object")``)."""
+    return TraceShapeError(
+        f"unexpected shape: {field} is {json_kind(value)}, not {expected}",
+        expected=expected,
+        line=line,
+        where=where,
+    )
+
+
+def expect_object(
+    value: Any, field: str, *, line: int | None = None, where: str | None = None
+) -> dict[str, Any]:
+    """``value``, which the format says is an object: else a ``TraceShapeError``."""
+    if type(value) is not dict:
+        raise unexpected(field, value, "an object", line=line, where=where)
+    return value
 
 
 def location(path: str, line: int | None, where: str | None) -> str:

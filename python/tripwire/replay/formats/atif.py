@@ -24,6 +24,7 @@ from tripwire.replay.formats._base import (
     register,
     result_value,
     text_size,
+    unexpected,
 )
 from tripwire.replay.formats._base import call_id as _id
 from tripwire.replay.formats.messages import argument_call
@@ -78,7 +79,14 @@ def read(source: Source, value: Any, run: str, line: int | None, prefix: str) ->
             continue
         calls: list[Call] = []
         ids: list[str | None] = []
-        for number, item in enumerate(step.get("tool_calls") or ()):
+        # Absent (or empty, as some writers put it): a step without calls.
+        logged = step.get("tool_calls") or []
+        if type(logged) is not list:
+            # The step is still a model call; only its calls cannot be read.
+            shape = unexpected("tool_calls", logged, "a list")
+            yield source.problem(line, f"{shape}; the step's calls skipped", where)
+            logged = []
+        for number, item in enumerate(logged):
             name = item.get("function_name") if isinstance(item, dict) else None
             if not isinstance(name, str) or not name:
                 yield source.problem(line, f"tool_calls[{number}] has no function_name", where)

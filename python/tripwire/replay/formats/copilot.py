@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from tripwire.replay.formats._base import (
+    MISSING,
     Event,
     Format,
     Result,
@@ -19,6 +20,7 @@ from tripwire.replay.formats._base import (
     Turn,
     UserMessage,
     call_id,
+    expect_object,
     kind,
     register,
 )
@@ -50,8 +52,11 @@ class _Lines:
         source = self._source
         source.stats.formats.add(NAME)
         record = value["type"]
-        data = value["data"]
+        # Once the file is known to be Copilot's, a record is claimed by its type alone
+        # (``record_type``): its ``data`` is checked where it is read.
+        raw = value.get("data", MISSING)
         if record == "session.start":
+            data = expect_object(raw, "data")
             session = data.get("sessionId")
             if isinstance(session, str) and session:
                 source.default_run = session
@@ -61,6 +66,7 @@ class _Lines:
             yield UserMessage(source.default_run)
             return
         if record == "assistant.message":
+            data = expect_object(raw, "data")
             requests = data.get("toolRequests")
             calls = []
             ids: list[str | None] = []
@@ -84,6 +90,7 @@ class _Lines:
             )
             return
         if record == "tool.execution_complete":
+            data = expect_object(raw, "data")
             cid = call_id(data.get("toolCallId"))
             if cid is None:
                 source.stats.ignored += 1

@@ -13,6 +13,11 @@ Decisions:
   ``Problem`` naming file and line and is skipped; an unreadable or corrupt file is a
   ``Problem`` too, and whatever was read before the damage still counts. A file from which
   no run could be read says so (``Problem``), rather than adding nothing in silence.
+* One error means bad data: ``TraceShapeError``, raised where a line is decoded
+  (``decode_line``, ``decode_document``) and by the formats' explicit checks of their
+  fields. It alone is caught and skipped; any other exception raised while reading (a
+  ``TypeError`` or ``AttributeError`` of a reader's own) is a bug, and ends the replay
+  loudly rather than reading as a skipped line.
 * A record of a known format whose type its reader does not know (formats grow) is skipped
   and counted (``FileStats.unknown``), not bad input.
 """
@@ -35,12 +40,15 @@ from tripwire.replay.formats._base import (
     Format,
     Lines,
     Problem,
+    TraceShapeError,
     kind,
     run_name,
     text_size,
 )
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
+# UTF-8's byte-order mark, which some editors write at the start of a text file.
+_BOM: Final = b"\xef\xbb\xbf"
 # How often (in lines) a reader reports its position for the progress bar.
 TICK_LINES: Final = 4096
 
@@ -222,14 +230,16 @@ class Reader:
         try:
             lines = bounded_lines(stream)
             first, lineno = self._next_nonblank(lines, lineno)
+            if lineno == 1 and first is not None and first.startswith(_BOM):
+                first = first[len(_BOM) :]
+                if not first.strip():  # a byte-order mark alone on the first line
+                    first, lineno = self._next_nonblank(lines, lineno)
             if first is None:
                 return
             if isinstance(first, TooLong):
                 # Too long for a JSONL line or a JSON document: the file cannot be read.
                 yield self.problem(lineno, first.problem("file skipped"))
                 return
-            if lineno == 1 and first.startswith(b"\xef\xbb\xbf"):
-                first = first[3:]
             value, error = _parse_line(first)
             if error is not None:
                 # Either a JSONL file with a bad first line, or one JSON document (which a
@@ -238,11 +248,11 @@ class Reader:
                 second, lineno = self._next_nonblank(lines, lineno)
                 if isinstance(second, TooLong):
                     # No document has a line that long: two bad lines of a JSONL file.
-                    yield self.problem(start, error)
+                    yield self._skipped(error, start)
                     yield self.problem(lineno, second.problem())
                     value = first = None
                 else:
-                    second_value, second_error = _parse_line(second) if second else (None, "")
+                    second_value, second_error = _parse_line(second) if second else (None, None)
                     if (
                         first.strip() in (b"[", b"{")
                         or second is None
@@ -257,10 +267,13 @@ class Reader:
                             return
                         yield from self._document(rest, start)
                         return
-                    yield self.problem(start, error)
+                    yield self._skipped(error, start)
                     value, first = second_value, second
             if first is not None:
-                yield from self._guarded(value, lineno, len(first))
+                try:
+                    yield from self._line_value(value, lineno, len(first))
+                except TraceShapeError as exc:
+                    yield self._skipped(exc, lineno)
             for line in lines:
                 lineno += 1
                 stats.position += len(line)
@@ -270,14 +283,19 @@ class Reader:
                     stats.position += line.size
                     yield self.problem(lineno, line.problem())
                     continue
-                value, error = _parse_line(line)
-                if error is not None:
-                    if error:
-                        yield self.problem(lineno, error)
-                elif type(value) is dict and "tool" in value:
-                    yield from events_feed(value, lineno, len(line), None)
-                else:
-                    yield from self._guarded(value, lineno, len(line))
+                # Bad data never ends the replay: a line that is not JSON, or whose shape
+                # its reader cannot read, is reported and skipped. Only that error is
+                # caught: anything else raised here is a bug, and propagates.
+                try:
+                    value = decode_line(line)
+                    if value is BLANK:
+                        continue
+                    if type(value) is dict and "tool" in value:
+                        yield from events_feed(value, lineno, len(line), None)
+                    else:
+                        yield from self._line_value(value, lineno, len(line))
+                except TraceShapeError as exc:
+                    yield self._skipped(exc, lineno)
         except (OSError, EOFError, zlib.error) as exc:
             stats.unreadable = True
             what = "corrupt or truncated" if compressed else "read error"
@@ -288,13 +306,9 @@ class Reader:
                 tick(position())
         yield from self._finish()
 
-    def _guarded(self, value: Any, line: int, size: int) -> Iterator[Event]:
-        """``_line_value``, with anything a line's shape can still break reported as a
-        problem with that line, never raised: bad data must not end the replay."""
-        try:
-            yield from self._line_value(value, line, size)
-        except (TypeError, ValueError, AttributeError, LookupError, RecursionError) as exc:
-            yield self.problem(line, f"unexpected shape ({type(exc).__name__}: {exc}); skipped")
+    def _skipped(self, exc: TraceShapeError, line: int, skipped: str = "line skipped") -> Problem:
+        """The problem reported for a line (or a file) skipped for its shape."""
+        return exc.problem(self.path, line, skipped, None)
 
     def _next_nonblank(self, lines: Iterator[bytes], lineno: int) -> tuple[bytes | None, int]:
         for line in lines:
@@ -328,23 +342,15 @@ class Reader:
     def _document(self, data: bytes, start: int) -> Iterator[Event]:
         """A whole JSON document, whose first line is line ``start`` of the file."""
         try:
-            text = data.decode("utf-8-sig")
-            doc = _loads(text)
-        except UnicodeDecodeError as exc:
-            yield self.problem(None, f"not UTF-8 text (byte {exc.start}); file skipped")
-            return
-        except json.JSONDecodeError as exc:
-            line = exc.lineno + start - 1
-            yield self.problem(line, f"not JSON or JSONL ({exc.msg}); file skipped")
-            return
-        except RecursionError:
-            yield self.problem(None, "JSON nested too deeply; file skipped")
+            doc = decode_document(data, start)
+        except TraceShapeError as exc:
+            yield exc.problem(self.path, None, "file skipped", None)
             return
         try:
             yield from self._document_value(doc)
-        except (TypeError, ValueError, AttributeError, LookupError, RecursionError) as exc:
-            what = f"{type(exc).__name__}: {exc}"
-            yield self.problem(None, f"unexpected shape ({what}); rest of file skipped")
+        except TraceShapeError as exc:
+            # What was read before it counts.
+            yield exc.problem(self.path, None, "rest of file skipped", None)
 
     # -- records and documents ---------------------------------------------------------------
 
@@ -444,23 +450,51 @@ def _starts_records(fmt: Format, first: dict[str, Any]) -> bool:
     return fmt.is_record is not None and fmt.is_record(first)
 
 
-def _parse_line(line: bytes) -> tuple[Any, str | None]:
-    """A JSONL line's value, or why it is not one ("" for a blank line, which is skipped)."""
+# What ``decode_line`` makes of a blank line (skipped, and no problem).
+BLANK: Final[Any] = object()
+
+
+def decode_line(line: bytes) -> Any:
+    """A JSONL line's value (``BLANK`` for a blank line). The one place lines are decoded:
+    a line that is not one JSON value (not UTF-8, not JSON, nested too deeply) is a
+    ``TraceShapeError``, like any other shape a reader cannot read."""
     try:
         text = line.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
-        return None, f"not UTF-8 text (byte {exc.start}); line skipped"
+        raise TraceShapeError(f"not UTF-8 text (byte {exc.start})") from None
     if not text:
-        return None, ""
+        return BLANK
     try:
         value, end = _raw_decode(text)
     except json.JSONDecodeError as exc:
-        return None, f"not JSON ({exc.msg} at column {exc.colno}); line skipped"
+        raise TraceShapeError(f"not JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
-        return None, "JSON nested too deeply; line skipped"
+        raise TraceShapeError("JSON nested too deeply") from None
     if end != len(text):
-        return None, f"not JSON (extra data at column {end + 1}); line skipped"
-    return value, None
+        raise TraceShapeError(f"not JSON (extra data at column {end + 1})")
+    return value
+
+
+def decode_document(data: bytes, start: int) -> Any:
+    """A whole JSON document's value, whose first line is line ``start`` of the file; one
+    that is not JSON is a ``TraceShapeError`` (naming the line, where the decoder does)."""
+    try:
+        return _loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise TraceShapeError(f"not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        line = exc.lineno + start - 1
+        raise TraceShapeError(f"not JSON or JSONL ({exc.msg})", line=line) from None
+    except RecursionError:
+        raise TraceShapeError("JSON nested too deeply") from None
+
+
+def _parse_line(line: bytes) -> tuple[Any, TraceShapeError | None]:
+    """A non-blank line's value, or why it is not one: for telling JSONL from a document."""
+    try:
+        return decode_line(line), None
+    except TraceShapeError as exc:
+        return None, exc
 
 
 def _peek(raw: IO[bytes], n: int) -> bytes:

@@ -56,10 +56,12 @@ _NOT_ARGUMENTS: Final = frozenset(
 
 
 def is_event(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    # A source that is not text (a list, an object) names no source, and cannot be hashed.
+    origin = value.get("source")
     return (
-        isinstance(value, dict)
-        and value.get("source") in _SOURCES
-        and ("action" in value or "observation" in value)
+        type(origin) is str and origin in _SOURCES and ("action" in value or "observation" in value)
     )
 
 

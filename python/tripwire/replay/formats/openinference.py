@@ -16,6 +16,7 @@ JSON: ``phoenix.trace.span_json_encoder`` / ``span_json_decoder`` (arize-phoenix
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
@@ -55,14 +56,20 @@ def is_record(value: dict[str, Any]) -> bool:
 
 
 def _nanos(value: Any) -> int:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
+    """A span's start time in nanoseconds; 0 where it cannot be read (spans then keep the
+    order they were read in): not a number or an ISO 8601 time, a number that is not
+    finite (JSON's ``NaN``, ``Infinity``), a time out of the range of a timestamp."""
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     if type(value) is str:
         try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
+            stamp = datetime.fromisoformat(value).timestamp()
+        except (ValueError, OverflowError, OSError):
+            # Not a time; or one the platform's clock cannot place (year 1 as local time).
             return 0
-        return int(moment.timestamp() * 1_000_000) * 1000
+        return int(stamp * 1_000_000) * 1000
     return 0
 
 

@@ -45,9 +45,10 @@ def any_value(value: Any) -> Any:
         if key == "stringValue" or key == "boolValue" or key == "doubleValue":
             return item
         if key == "intValue":
+            # A string of digits, as OTLP writes 64-bit integers; else kept as it is.
             try:
                 return int(item)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # not digits; NaN; Infinity
                 return item
         if key == "arrayValue":
             values = item.get("values") if type(item) is dict else None
@@ -71,9 +72,11 @@ def attributes(items: Any) -> dict[str, Any]:
 
 
 def _nanos(value: Any) -> int:
+    """A start time (a string of digits, as OTLP writes 64-bit integers), 0 where it cannot
+    be read: spans then keep the order they were read in."""
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # not digits; NaN; Infinity
         return 0
 
 
