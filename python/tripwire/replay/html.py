@@ -28,6 +28,7 @@ import json
 import os
 from array import array
 from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final, TextIO
 
 from tripwire.replay.report import DEFAULT_LIMIT, summary, tools_ranked
@@ -253,7 +254,14 @@ def _e(text: object) -> str:
 
 
 def _dollars(value: float, estimated: bool = False) -> str:
-    text = f"${value:,.4f}" if abs(value) < 0.01 and value else f"${value:,.2f}"
+    """Money as the page's script writes it: cents, rounded half up from the shortest decimal
+    (as the browser's ``toLocaleString`` rounds: ``0.125`` is ``$0.13``), or four places
+    under a cent."""
+    if abs(value) < 0.01 and value:
+        text = f"${value:,.4f}"
+    else:
+        cents = Decimal(repr(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        text = f"${cents:,}"
     return ("~" if estimated else "") + text
 
 
