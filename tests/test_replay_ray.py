@@ -1,11 +1,13 @@
 """Replay on a cluster (``tripwire.replay.cluster``) through a real local Ray (2 CPUs): a fleet
 replayed by Ray Data gives the rows ``tripwire replay --out`` gives, over run-partitioned blocks
-and through a groupby; a batch cut inside a run is refused. Skipped where Ray is not installed
-(``pip install 'tripwire[ray]'``; ``.ci/run`` installs it)."""
+and through a groupby; a batch cut inside a run is refused. The Ray tests skip where Ray is not
+installed (``pip install 'tripwire[ray]'``; ``.ci/run`` installs it); the function itself is
+tested without it."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,26 @@ from tripwire.replay import cluster
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tripwire[ray]'")
-pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install 'ray[data]'")
+pc = pytest.importorskip("pyarrow.compute")
+try:
+    import ray
+    import ray.data
+
+    HAVE_RAY = True
+except ImportError:
+    HAVE_RAY = False
+needs_ray = pytest.mark.skipif(
+    not HAVE_RAY, reason="Ray Data is not installed: pip install 'tripwire[ray]' (.ci/run does)"
+)
 
 KEYS = [("file", "ascending"), ("run", "ascending"), ("part", "ascending")]
 
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+    )
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
@@ -86,6 +99,7 @@ def _collect(dataset: Any) -> Any:
     return pa.concat_tables(ray.get(dataset.to_arrow_refs())).sort_by(KEYS)
 
 
+@needs_ray
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.parametrize("how", ["blocks", "groupby"])
 def test_ray_gives_the_single_process_rows(fleet: tuple[list[str], Any], how: str) -> None:
@@ -106,6 +120,7 @@ def test_ray_gives_the_single_process_rows(fleet: tuple[list[str], Any], how: st
     assert len(set(got.column("run").to_pylist())) * 3 == got.num_rows
 
 
+@needs_ray
 @pytest.mark.usefixtures("local_ray")
 def test_the_blocks_hold_whole_runs(fleet: tuple[list[str], Any]) -> None:
     paths, _ = fleet
@@ -137,3 +152,20 @@ def test_a_batch_cut_inside_a_run_is_refused(fleet: tuple[list[str], Any]) -> No
     # As the dict of columns Ray's "numpy" batches are, the same.
     as_dict = {name: plain.column(name).to_pylist() for name in plain.column_names}
     assert cluster.replay_calls(as_dict).equals(runs)
+
+
+def test_a_batch_of_several_sources_is_each_file(fleet: tuple[list[str], Any]) -> None:
+    """Blocks of two files, and of the first again, in one batch: each stretch is its file,
+    its stops located in it, as when replayed apart."""
+    paths, single = fleet
+    a = list(cluster.read_file_blocks(paths[0], block_rows=200))
+    b = list(cluster.read_file_blocks(paths[1], block_rows=200))
+    mixed = pa.concat_tables([a[0], b[0], a[1]])
+    apart = pa.concat_tables([cluster.replay_calls(t) for t in (a[0], b[0], a[1])])
+    together = cluster.replay_calls(mixed)
+    assert together.equals(apart)
+    expected = single.filter(pc.is_in(single.column("run"), value_set=together.column("run")))
+    assert together.num_rows > 0
+    assert set(together.column("stop_location").to_pylist()) <= set(
+        expected.column("stop_location").to_pylist()
+    )

@@ -121,28 +121,34 @@ def replay_calls(
                 "a batch of calls begins or ends inside a run: map over whole runs"
                 " (batch_size=None over read_calls' blocks, or groupby)"
             )
-    fleet = Fleet(settings)
-    files: list[FileStats] = []
     results: list[RunResult] = []
-    for index, (source, stretch) in enumerate(_stretches(pa, data)):
-        stats = FileStats(source)
-        reader = Reader(source, stats, results=settings.observe, columns=columns)
-        calls_only = stretch.drop_columns([name for name in OURS if name in names])
-        fleet.feed(
-            index, stats, table.read_batches(reader, calls_only.to_batches(), calls_only.schema)
-        )
-        files.append(stats)
-    report = fleet.report(files)
-    try:
-        rows = _file_rows(data) if ROW in names else None
-        for run in report.runs:
-            results.append(_located(run, rows) if rows is not None else run)
-    finally:
-        report.runs.close()
+    for source, stretch in _stretches(data):
+        results += _replay_stretch(source, stretch, settings, columns)
     return export.runs_table(results)
 
 
-def _stretches(pa: Any, data: Any) -> Iterator[tuple[str, Any]]:
+def _replay_stretch(
+    source: str, stretch: Any, settings: Settings, columns: Mapping[str, str] | None
+) -> list[RunResult]:
+    """One source's rows, replayed as its file (one fleet each: the table reader numbers a
+    stretch's rows from 1, which ``ROW`` turns into the file's numbers)."""
+    names = stretch.column_names
+    fleet = Fleet(settings)
+    stats = FileStats(source)
+    reader = Reader(source, stats, results=settings.observe, columns=columns)
+    calls = stretch.drop_columns([name for name in OURS if name in names])
+    fleet.feed(0, stats, table.read_batches(reader, calls.to_batches(), calls.schema))
+    report = fleet.report([stats])
+    try:
+        if ROW not in names:
+            return list(report.runs)
+        rows = stretch.column(ROW).to_pylist()
+        return [_located(run, rows) for run in report.runs]
+    finally:
+        report.runs.close()
+
+
+def _stretches(data: Any) -> Iterator[tuple[str, Any]]:
     """(source, its rows) for each stretch of rows of one source, in order."""
     if SOURCE not in data.column_names:
         yield UNNAMED, data
@@ -155,30 +161,16 @@ def _stretches(pa: Any, data: Any) -> Iterator[tuple[str, Any]]:
             start = index
 
 
-def _file_rows(data: Any) -> dict[str, list[int]]:
-    """Per source, the file's row number of each of its rows in the batch, in order (the
-    table reader numbers a stretch's rows from 1)."""
-    out: dict[str, list[int]] = {}
-    sources = data.column(SOURCE).to_pylist() if SOURCE in data.column_names else None
-    for index, row in enumerate(data.column(ROW).to_pylist()):
-        source = UNNAMED if sources is None else str(sources[index])
-        out.setdefault(source, []).append(row)
-    return out
-
-
-def _located(run: RunResult, rows: dict[str, list[int]]) -> RunResult:
-    """The run, its stop's ``row N`` (of the batch) made the row of its file."""
+def _located(run: RunResult, rows: list[int]) -> RunResult:
+    """The run, its stop's ``row N`` (of the stretch) made the row of its file."""
     where = run.stop_location
     found = _STOP_ROW.search(where) if where is not None else None
-    numbers = rows.get(run.file)
-    if where is None or found is None or numbers is None or not where.startswith(run.file):
+    if where is None or found is None or not where.startswith(run.file):
         return run
     index = int(found.group(1)) - 1
-    if not 0 <= index < len(numbers):
+    if not 0 <= index < len(rows):
         return run
-    return dataclasses.replace(
-        run, stop_location=f"{where[: found.start()]} (row {numbers[index]})"
-    )
+    return dataclasses.replace(run, stop_location=f"{where[: found.start()]} (row {rows[index]})")
 
 
 # -- Ray Data ------------------------------------------------------------------------------------
