@@ -12,10 +12,12 @@ reads as days), and the stops split by outcome; figures resting on estimated tok
 ``~``. For each of the first ``STOPS_SHOWN`` stops, the calls that led to it.
 
 The runs travel as compact JSON in the page (``_row``: a run's timeline as its action
-characters and its tools run-length coded), so that a fleet of a million runs is a page of
-about a hundred megabytes rather than of gigabytes of markup; the first page of runs is also
-written as markup (``_row_html``) so that the page shows runs before (or without) its script,
-and the script draws the same markup for any other page (a browser test holds the two equal).
+characters and its tools run-length coded: about 200 bytes a run), so that a fleet of a
+million runs is a page of some 200 megabytes rather than of gigabytes of markup; the first
+page of runs is also written as markup (``_row_html``) so that the page shows runs before (or
+without) its script, and the script draws the same markup for any other page (a browser test
+holds the two equal).
+
 Everything from the traces (run names, tool names, arguments) is escaped: a trace is data,
 never markup.
 """
