@@ -242,7 +242,10 @@ def read_file_blocks(
     held: list[Any] = []  # batches read and not yet given out: the last run may go on
     held_rows = 0
     first_row = 1  # the file's number of the first held row
-    for batch in parquet.iter_batches(batch_size=max(1, min(table.BATCH_ROWS, block_rows))):
+    # One thread: the engine gives a read task one CPU, and pyarrow's own pool would take
+    # the cores of the node's other tasks (and make one worker look like two).
+    rows = max(1, min(table.BATCH_ROWS, block_rows))
+    for batch in parquet.iter_batches(batch_size=rows, use_threads=False):
         if not batch.num_rows:
             continue
         held.append(batch)
