@@ -29,14 +29,14 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
 import tripwire
 from tripwire.replay import cost, export, html, progress
 from tripwire.replay.formats import Problem, help_text, table, trace_suffixes
 from tripwire.replay.report import DEFAULT_LIMIT, render, write_json
-from tripwire.replay.simulate import STDIN, Settings, replay
+from tripwire.replay.simulate import STDIN, CallRow, Settings, replay
 
 EXIT_OK: Final = 0
 EXIT_LOOP: Final = 1
@@ -412,6 +412,11 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except export.ExportError as exc:
         sys.stderr.write(f"tripwire: --calls-out {exc}\n")
         return EXIT_USAGE
+    # The page names each step's tool on hover: it hears the calls too.
+    steps = html.StepTools() if args.html is not None else None
+    on_call: Callable[[CallRow], None] | None = calls
+    if steps is not None:
+        on_call = steps if calls is None else _both(calls, steps)
     try:
         report = replay(
             args.paths,
@@ -421,7 +426,7 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             tick=None if bar is None else bar.tick,
             columns=columns,
             jobs=(os.cpu_count() or 1) if args.jobs is None else args.jobs,
-            on_call=calls,
+            on_call=on_call,
         )
     except BaseException:
         if calls is not None:
@@ -443,7 +448,7 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.html is not None:
             try:
                 with open(args.html, "w", encoding="utf-8", errors="backslashreplace") as page:
-                    page.write(html.render(report))
+                    html.write(report, page, tools=steps)
             except OSError as exc:
                 sys.stderr.write(f"tripwire: --html {args.html}: {exc.strerror or exc}\n")
                 return EXIT_USAGE
@@ -460,6 +465,16 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if report.bad_input:
         code |= EXIT_BAD_INPUT
     return code
+
+
+def _both(
+    first: Callable[[CallRow], None], second: Callable[[CallRow], None]
+) -> Callable[[CallRow], None]:
+    def both(row: CallRow) -> None:
+        first(row)
+        second(row)
+
+    return both
 
 
 def _key(args: argparse.Namespace) -> int:

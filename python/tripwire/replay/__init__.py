@@ -5,10 +5,13 @@ harness would have done before dispatching each call; the report says where the 
 have nudged and stopped, and what the rest of the run cost. ``replay(paths)`` is the API the
 command line uses; ``formats`` reads traces, ``simulate`` replays them, ``cost`` prices model
 calls, ``report`` renders the result and ``html`` draws it as one self-contained page.
+``replay_calls`` is the replay as a function over runs' calls, for an engine such as Ray to map
+over a dataset partitioned by run (``cluster``).
 """
 
 from __future__ import annotations
 
+from tripwire.replay.cluster import replay_calls
 from tripwire.replay.cost import DEFAULT_PRICE_IN, DEFAULT_PRICE_OUT, Prices, Usage
 from tripwire.replay.formats import FileStats, Problem, Result, Turn
 from tripwire.replay.report import SCHEMA, render, to_json, write_json
@@ -42,6 +45,7 @@ __all__ = (
     "Usage",
     "render",
     "replay",
+    "replay_calls",
     "to_json",
     "write_json",
 )
