@@ -874,13 +874,22 @@ impl<V, R, N> RunState<V, R, N> {
         question: Option<Question>,
         policy: Option<Policy>,
     ) -> Repeats {
-        let earlier = || {
-            self.window
-                .iter()
-                .filter(|e| e.key == key && !e.retry && !e.corrected(question))
-        };
-        let Some(latest) = earlier().rfind(|e| e.result.is_some()) else {
-            let count = earlier().count() as u32 + 1;
+        // The newest earlier occurrence with a result, counting those without one on the
+        // way: one pass, where a call with no earlier occurrence (most calls) reads the
+        // window once.
+        let mut unobserved = 0u32;
+        let mut latest = None;
+        for e in self.window.iter().rev() {
+            if e.key == key && !e.retry && !e.corrected(question) {
+                if e.result.is_some() {
+                    latest = Some(e);
+                    break;
+                }
+                unobserved += 1;
+            }
+        }
+        let Some(latest) = latest else {
+            let count = unobserved + 1;
             return Repeats {
                 count,
                 counted: count,
@@ -1085,6 +1094,37 @@ impl<V, R, N> RunState<V, R, N> {
         args: Option<(R, bool)>,
     ) -> Released<V, R, N> {
         let mut released = Released::default();
+        self.commit_into(
+            limits,
+            key,
+            tool,
+            decision,
+            policy,
+            latched,
+            remembered,
+            question,
+            args,
+            &mut released,
+        );
+        released
+    }
+
+    /// `commit`, adding what it lets go of to `released` (the caller's: no `Released` is
+    /// made, moved and merged per check).
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_into(
+        &mut self,
+        limits: &Limits,
+        key: Key,
+        tool: u32,
+        decision: &Decision,
+        policy: Option<Policy>,
+        latched: Option<V>,
+        remembered: Option<(&[u8], V)>,
+        question: Option<Question>,
+        args: Option<(R, bool)>,
+        released: &mut Released<V, R, N>,
+    ) {
         self.steps = decision.step;
         let allowed = decision.action == Action::Allow;
         if decision.action == Action::Stop {
@@ -1100,9 +1140,11 @@ impl<V, R, N> RunState<V, R, N> {
                         .front()
                         .is_some_and(|(step, _, _)| *step == gone.step)
                     {
-                        released
-                            .results
-                            .extend(self.args.pop_front().map(|(_, a, _)| a));
+                        // `push`, not `extend`: inlined, where `extend` is a call that
+                        // reserves first (a check's every allow comes here).
+                        if let Some((_, args, _)) = self.args.pop_front() {
+                            released.results.push(args);
+                        }
                     }
                 }
             }
@@ -1125,12 +1167,14 @@ impl<V, R, N> RunState<V, R, N> {
                 Some((args, text)) if allowed && question.is_none() => {
                     self.args.push_back((decision.step, args, text))
                 }
-                other => released.results.extend(other.map(|(a, _)| a)),
+                Some((args, _)) => released.results.push(args),
+                None => {}
             }
-            self.forget_errors(&mut released);
-            self.forget_tools(&mut released);
-            if self.observed {
-                // Only a result marks an entry: without any, there is nothing to update.
+            self.forget_errors(released);
+            self.forget_tools(released);
+            if self.wants {
+                // The call dropped may have been the one marked. Without a mark there is
+                // nothing to update: the call added has no result yet, so marks none.
                 self.update_wants();
             }
         }
@@ -1144,16 +1188,8 @@ impl<V, R, N> RunState<V, R, N> {
         }
         if let Some((call_id, verdict)) = remembered {
             let answered = decision.action == Action::Nudge;
-            self.remember(
-                call_id,
-                key,
-                decision.step,
-                verdict,
-                answered,
-                &mut released,
-            );
+            self.remember(call_id, key, decision.step, verdict, answered, released);
         }
-        released
     }
 
     /// Whether a result in the window came back empty or failed, so that a new call's
@@ -1312,7 +1348,9 @@ impl<V, R, N> RunState<V, R, N> {
         if ask {
             return (released, Some(held));
         }
-        released.results.extend(held.map(|(a, _)| a));
+        if let Some((args, _)) = held {
+            released.results.push(args);
+        }
         (released, None)
     }
 

@@ -1,9 +1,10 @@
 //! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour and
 //! messages mirror `tripwire/_guard.py`, the reference.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -12,13 +13,13 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::canon::{self, Text};
+use crate::canon;
 use crate::guard::{
     Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Question, Reason, Released,
     RunState, ToolRule,
 };
 use crate::key::{key_hex, Key};
-use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
+use crate::py_canon::{ascii_of, canonical_key, text_of, wtf8_of, VolatileKeys};
 use crate::py_json::{invalid_json, json_key};
 
 /// The state keeps verdicts as plain Rust values: Python objects are only made once the
@@ -61,9 +62,11 @@ impl Stored {
     }
 }
 
-/// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
-/// inferred it.
-pub(crate) struct ToolSpec {
+/// What the hot path reads of a tool's policy: copied out of its [`ToolSpec`] where the
+/// policy is looked up, so that a check takes no reference to the spec (an `Arc` clone and
+/// drop are two atomic operations, a tenth of what the guard adds to a check).
+#[derive(Clone, Copy)]
+pub(crate) struct ToolFacts {
     /// `None`: no policy (a tool of unknown kind).
     rule: Option<ToolRule>,
     /// Its string arguments keep their whitespace in the key.
@@ -73,6 +76,26 @@ pub(crate) struct ToolSpec {
     /// Its results are judged by the built-in rules alone (no `empty` setting, no
     /// `volatile_result_keys`), so the commonest ones may take the short cut.
     plain_results: bool,
+}
+
+impl ToolFacts {
+    /// A tool with no policy.
+    const NONE: ToolFacts = ToolFacts {
+        rule: None,
+        keep_whitespace: false,
+        cacheable: false,
+        plain_results: true,
+    };
+
+    fn of(spec: Option<&ToolSpec>) -> ToolFacts {
+        spec.map_or(ToolFacts::NONE, |s| s.facts)
+    }
+}
+
+/// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
+/// inferred it.
+pub(crate) struct ToolSpec {
+    facts: ToolFacts,
     /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
@@ -132,20 +155,24 @@ fn guard_helpers(py: Python<'_>) -> PyResult<&GuardHelpers> {
 /// A tool name's WTF-8 bytes, on the stack for any usual name.
 type NameBytes = SmallVec<[u8; 32]>;
 
-fn name_bytes(name: &Bound<'_, PyString>) -> PyResult<NameBytes> {
-    Ok(match text_of(name)? {
-        Text::Latin1(bytes) if bytes.is_ascii() => SmallVec::from_slice(bytes),
-        _ => SmallVec::from_vec(wtf8_of(name)?),
+/// A tool name's WTF-8 bytes: the str's own characters where it is ASCII (nearly every
+/// name, and then nothing is copied), else a copy.
+fn name_bytes<'a>(name: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+    Ok(match ascii_of(name) {
+        Some(bytes) => Cow::Borrowed(bytes),
+        None => Cow::Owned(wtf8_of(name)?),
     })
 }
 
 /// One call, validated and keyed, ready to be decided.
 struct Prepared<'py> {
     name: Bound<'py, PyString>,
-    name_bytes: NameBytes,
+    /// The name's WTF-8 bytes where it is not ASCII (see `Prepared::name_bytes`).
+    wide_name: Option<Box<[u8]>>,
     key: Key,
     rule: Option<ToolRule>,
     cacheable: bool,
+    plain_results: bool,
     call_id: Option<CallId>,
     invalid_arguments: Option<Py<PyString>>,
     /// What the call asks, where it was told (see `Guard::question`).
@@ -155,6 +182,16 @@ struct Prepared<'py> {
     args: Bound<'py, PyAny>,
     /// The arguments are JSON text.
     text: bool,
+}
+
+impl Prepared<'_> {
+    /// The name's WTF-8 bytes: read from the str itself where it is ASCII.
+    fn name_bytes(&self) -> &[u8] {
+        match &self.wide_name {
+            Some(bytes) => bytes,
+            None => ascii_of(&self.name).unwrap_or_default(),
+        }
+    }
 }
 
 /// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
@@ -249,6 +286,11 @@ pub struct Verdict {
     /// The guard's `max_steps` as the user wrote it, for the budget message.
     pub(crate) budget: Option<Arc<str>>,
     pub(crate) detail: VerdictDetail,
+    /// The `serial` of the configuration of the guard that made it, and its tool's
+    /// `plain_results` there: `observe` on a guard of that configuration reads the policy
+    /// from here rather than looking it up again. 0: not known (a verdict decoded from bytes).
+    pub(crate) origin: u64,
+    pub(crate) plain_results: bool,
 }
 
 impl Verdict {
@@ -275,6 +317,8 @@ impl Verdict {
             invalid_arguments,
             window: self.window,
             budget: self.budget.clone(),
+            origin: self.origin,
+            plain_results: self.plain_results,
             detail: VerdictDetail::After(
                 self.tool.clone_ref(py),
                 self.repeats,
@@ -312,6 +356,8 @@ impl Verdict {
             window: self.window,
             budget: self.budget.clone(),
             detail: self.detail.copy(py),
+            origin: self.origin,
+            plain_results: self.plain_results,
         }
     }
 }
@@ -533,6 +579,14 @@ pub(crate) struct GuardConfig {
     pub(crate) max_steps_text: Option<Arc<str>>,
     /// The configuration as a snapshot writes it, and its digest; made when first asked.
     pub(crate) written: std::sync::OnceLock<(Box<[u8]>, [u8; 8])>,
+    /// Unique to this configuration in the process (never 0): see `Verdict::origin`.
+    pub(crate) serial: u64,
+}
+
+/// A new `GuardConfig::serial`.
+pub(crate) fn config_serial() -> u64 {
+    static SERIALS: AtomicU64 = AtomicU64::new(1);
+    SERIALS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Validates the numbers with the reference's own `check_limits` (one source of the rules
@@ -599,15 +653,17 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
     let empty_digests = policy.getattr("empty_digests")?.len()?;
     let result_keys = policy.getattr("volatile_result_keys")?.len()?;
     Ok(ToolSpec {
-        rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
-        keep_whitespace: whitespace == "keep",
-        cacheable: policy_kind == Some(Policy::Read) && source == "declared",
-        // A shell's results are never empty, and keys left out of a result change its
-        // digest: the reference's reader decides those.
-        plain_results: !empty_answers
-            && empty_digests == 0
-            && result_keys == 0
-            && policy_kind != Some(Policy::Shell),
+        facts: ToolFacts {
+            rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
+            keep_whitespace: whitespace == "keep",
+            cacheable: policy_kind == Some(Policy::Read) && source == "declared",
+            // A shell's results are never empty, and keys left out of a result change its
+            // digest: the reference's reader decides those.
+            plain_results: !empty_answers
+                && empty_digests == 0
+                && result_keys == 0
+                && policy_kind != Some(Policy::Shell),
+        },
         policy: policy.unbind(),
     })
 }
@@ -707,13 +763,37 @@ impl Guard {
         name: &Bound<'_, PyString>,
         name_bytes: &[u8],
     ) -> PyResult<Option<Arc<ToolSpec>>> {
+        self.read_spec(py, name, name_bytes, |spec| spec.cloned())
+    }
+
+    /// What the hot path reads of a tool's policy (`spec_of`, without a reference to it).
+    fn facts_of(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        name_bytes: &[u8],
+    ) -> PyResult<ToolFacts> {
+        self.read_spec(py, name, name_bytes, |spec| {
+            ToolFacts::of(spec.map(|s| &**s))
+        })
+    }
+
+    /// `read` of a tool's policy (`spec_of`), given where it is found; `read` runs no Python
+    /// code (it may run under the lock of the inferred policies).
+    fn read_spec<T>(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        name_bytes: &[u8],
+        read: impl Fn(Option<&Arc<ToolSpec>>) -> T,
+    ) -> PyResult<T> {
         if !self.config.tools.is_empty() {
             if let Some(spec) = self.config.tools.get(name_bytes) {
-                return Ok(Some(spec.clone()));
+                return Ok(read(Some(spec)));
             }
         }
         if !self.config.infer {
-            return Ok(None);
+            return Ok(read(None));
         }
         let lock = || {
             self.inferred
@@ -724,7 +804,7 @@ impl Guard {
             let mut inferred = lock();
             if let Some((last, spec)) = &inferred.last {
                 if **last == *name_bytes {
-                    return Ok(spec.clone());
+                    return Ok(read(spec.as_ref()));
                 }
             }
             if let Some(known) = inferred.by_name.get(name_bytes).cloned() {
@@ -734,7 +814,7 @@ impl Guard {
                     .replace((SmallVec::from_slice(name_bytes), known.clone()));
                 drop(inferred);
                 drop(previous);
-                return Ok(known);
+                return Ok(read(known.as_ref()));
             }
         }
         // Without definitions, what a tool's name says is the same for every guard: shared,
@@ -783,7 +863,8 @@ impl Guard {
         if inferred.by_name.len() < INFERRED_TOOLS {
             inferred.by_name.insert(name_bytes.into(), spec.clone());
         }
-        Ok(spec)
+        drop(inferred);
+        Ok(read(spec.as_ref()))
     }
 
     /// The key of a call of a tool whose string arguments keep their whitespace, by the
@@ -817,8 +898,8 @@ impl Guard {
         let call_id = call_id_arg(call_id)?;
         let exact = exact_str(crate::py_canon::check_name(name)?)?;
         let name_bytes = name_bytes(&exact)?;
-        let spec = self.spec_of(py, &exact, &name_bytes)?;
-        let keep = spec.as_ref().is_some_and(|s| s.keep_whitespace);
+        let facts = self.facts_of(py, &exact, &name_bytes)?;
+        let keep = facts.keep_whitespace;
         let (key, invalid_arguments) = if text {
             let keyed = if keep {
                 self.verbatim_key(py, &guard_helpers(py)?.verbatim_key_json, name, args)
@@ -846,12 +927,17 @@ impl Guard {
             (canonical_key(py, name, args, &self.config.volatile)?, None)
         };
         let question = self.question(py, &exact, args, text)?;
+        let wide_name = match name_bytes {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(bytes) => Some(bytes.into_boxed_slice()),
+        };
         Ok(Prepared {
             name: exact,
-            name_bytes,
+            wide_name,
             key,
-            rule: spec.as_ref().and_then(|s| s.rule),
-            cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
+            rule: facts.rule,
+            cacheable: facts.cacheable,
+            plain_results: facts.plain_results,
             call_id,
             invalid_arguments,
             question,
@@ -880,21 +966,23 @@ impl Guard {
         call: &Prepared<'_>,
         released: &mut Dropped,
     ) -> PyResult<Verdict> {
+        let name_bytes = call.name_bytes();
         let Prepared {
             name,
-            name_bytes,
+            wide_name: _,
             key,
             rule,
             cacheable,
+            plain_results,
             call_id,
             invalid_arguments,
             question,
             args,
             text,
         } = call;
-        let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
+        let (key, rule, call_id, question) = (*key, *rule, call_id.as_ref(), *question);
         let policy = rule.map(|r| r.policy);
-        if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
+        if let Some(known) = state.recall(call_id.map(|c| c.bytes(py)), key) {
             return known.verdict(py, &self.config, &state.restored);
         }
         if let Some(stop) = state.stopped() {
@@ -907,7 +995,7 @@ impl Guard {
             ));
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
-        let decision: Decision = state.decide(&self.config.limits, key, rule, *question);
+        let decision: Decision = state.decide(&self.config.limits, key, rule, question);
         let error = |digest: &Key| match state.error_text(*digest) {
             Some(text) => text.clone_ref(py),
             None => PyString::new(py, "").unbind(),
@@ -938,15 +1026,17 @@ impl Guard {
             window: self.config.limits.window,
             budget: self.config.max_steps_text.clone(),
             detail,
+            origin: self.config.serial,
+            plain_results: *plain_results,
         };
         let latched = (decision.action == Action::Stop)
             .then(|| Stored::Live(Box::new(verdict.copy(py, None, None))));
         let remembered =
-            call_id.map(|c| (&*c.bytes, Stored::Live(Box::new(verdict.duplicate(py)))));
+            call_id.map(|c| (c.bytes(py), Stored::Live(Box::new(verdict.duplicate(py)))));
         // Held as given, with whether it is JSON text, for the question to be told from.
         let held = (question.is_none() && decision.action == Action::Allow)
             .then(|| (args.clone().unbind(), *text));
-        released.absorb(state.commit(
+        state.commit_into(
             &self.config.limits,
             key,
             tool,
@@ -954,9 +1044,10 @@ impl Guard {
             policy,
             latched,
             remembered,
-            *question,
+            question,
             held,
-        ));
+            released,
+        );
         Ok(verdict)
     }
 }
@@ -1075,7 +1166,19 @@ fn described_outcome(
 /// A call id, as the Python str and as bytes to compare without Python.
 struct CallId {
     object: Py<PyString>,
-    bytes: Vec<u8>,
+    /// Its WTF-8 bytes where it is not ASCII (see `CallId::bytes`).
+    wide: Option<Vec<u8>>,
+}
+
+impl CallId {
+    /// The id's WTF-8 bytes: read from the str itself where it is ASCII (providers' ids
+    /// are), so that a check with an id copies none.
+    fn bytes<'a>(&'a self, py: Python<'a>) -> &'a [u8] {
+        match &self.wide {
+            Some(bytes) => bytes,
+            None => ascii_of(self.object.bind(py)).unwrap_or_default(),
+        }
+    }
 }
 
 /// The Verdict a method was given, or the TypeError the reference raises.
@@ -1119,10 +1222,17 @@ fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
         None => Ok(None),
         Some(obj) if obj.is_none() => Ok(None),
         Some(obj) => match obj.cast::<PyString>() {
-            Ok(text) => Ok(Some(CallId {
-                bytes: wtf8_of(text)?,
-                object: exact_str(text)?.unbind(),
-            })),
+            Ok(text) => {
+                let object = exact_str(text)?;
+                let wide = match ascii_of(&object) {
+                    Some(_) => None,
+                    None => Some(wtf8_of(&object)?),
+                };
+                Ok(Some(CallId {
+                    object: object.unbind(),
+                    wide,
+                }))
+            }
             Err(_) => Err(PyTypeError::new_err(format!(
                 "call_id must be a str or None, not {}",
                 obj.get_type().name()?
@@ -1183,6 +1293,7 @@ impl Guard {
             definitions,
             max_steps_text,
             written: std::sync::OnceLock::new(),
+            serial: config_serial(),
         })))
     }
 
@@ -1255,7 +1366,7 @@ impl Guard {
             for (index, call) in prepared.iter().enumerate() {
                 let earlier = first_of_key.get(&call.key).copied();
                 let call_id = call.call_id.as_ref();
-                let retried = call_id.is_some_and(|c| state.retried(&c.bytes, call.key));
+                let retried = call_id.is_some_and(|c| state.retried(c.bytes(py), call.key));
                 match earlier {
                     Some(first) if !retried => {
                         let copy = verdicts[first].copy(
@@ -1268,7 +1379,7 @@ impl Guard {
                             let answered = copy.action == Action::Nudge;
                             let remembered = Stored::Live(Box::new(copy.duplicate(py)));
                             state.remember(
-                                &c.bytes,
+                                c.bytes(py),
                                 call.key,
                                 step,
                                 remembered,
@@ -1306,7 +1417,12 @@ impl Guard {
             return Ok(());
         }
         let tool = name_bytes(verdict.tool.bind(py))?;
-        if !self.config.tools.get(&*tool).is_some_and(|s| s.cacheable) {
+        if !self
+            .config
+            .tools
+            .get(&*tool)
+            .is_some_and(|s| s.facts.cacheable)
+        {
             return Ok(());
         }
         let released = self
@@ -1339,9 +1455,13 @@ impl Guard {
             return Ok(());
         }
         let tool = verdict.tool.bind(py);
-        let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
         let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
-        let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
+        // The policy as the check found it, if this guard's configuration made the verdict.
+        let plain_results = if verdict.origin == self.config.serial {
+            verdict.plain_results
+        } else {
+            self.facts_of(py, tool, &name_bytes(tool)?)?.plain_results
+        };
         // A result whose own methods raise while the fast path reads it goes to the full
         // rules, the reference's, which take it as unknown (a result is never raised).
         let plain = match plain_result(result) {
@@ -1351,10 +1471,13 @@ impl Guard {
         };
         let outcome = match plain {
             Some(empty) if !told && plain_results => plain_outcome(py, result, empty)?,
-            _ => described_outcome(py, spec.as_deref(), result, error, transient)?,
+            _ => {
+                let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
+                described_outcome(py, spec.as_deref(), result, error, transient)?
+            }
         };
         let call_id = match &verdict.call_id {
-            Some(id) => Some(wtf8_of(id.bind(py))?),
+            Some(id) => Some(name_bytes(id.bind(py))?),
             None => None,
         };
         let (released, ask) =
