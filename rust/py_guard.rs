@@ -92,6 +92,114 @@ impl ToolFacts {
     }
 }
 
+impl ToolFacts {
+    /// The facts as one word (`LastTool`): `max_polls`, then the policy (0: none), then the
+    /// three flags.
+    fn pack(self) -> u64 {
+        let (policy, max_polls) = match self.rule {
+            None => (0u64, 0u32),
+            Some(ToolRule { policy, max_polls }) => {
+                let code = match policy {
+                    Policy::Read => 1,
+                    Policy::Write => 2,
+                    Policy::Volatile => 3,
+                    Policy::Poll => 4,
+                    Policy::Shell => 5,
+                };
+                (code, max_polls)
+            }
+        };
+        u64::from(max_polls)
+            | policy << 32
+            | u64::from(self.keep_whitespace) << 35
+            | u64::from(self.cacheable) << 36
+            | u64::from(self.plain_results) << 37
+    }
+
+    fn unpack(word: u64) -> ToolFacts {
+        let policy = match (word >> 32) & 7 {
+            1 => Some(Policy::Read),
+            2 => Some(Policy::Write),
+            3 => Some(Policy::Volatile),
+            4 => Some(Policy::Poll),
+            5 => Some(Policy::Shell),
+            _ => None,
+        };
+        ToolFacts {
+            rule: policy.map(|policy| ToolRule {
+                policy,
+                max_polls: word as u32,
+            }),
+            keep_whitespace: word >> 35 & 1 == 1,
+            cacheable: word >> 36 & 1 == 1,
+            plain_results: word >> 37 & 1 == 1,
+        }
+    }
+}
+
+/// The longest tool name `LastTool` keeps.
+const LAST_TOOL_NAME: usize = 32;
+
+/// One tool name and its facts, behind a sequence lock: read with plain loads (no atomic
+/// read-modify-write, which a mutex costs), written only under the guard's lock of its
+/// inferred policies, so by one writer at a time. A read that overlaps a write sees the
+/// sequence number change, or odd, and goes the slow way.
+#[derive(Default)]
+struct LastTool {
+    /// Even when stable, odd while a write is under way.
+    seq: AtomicU64,
+    /// The name's length; 0 until a name is kept (an empty one never is).
+    len: AtomicU64,
+    /// The name's bytes, zero-padded, eight to a word.
+    words: [AtomicU64; LAST_TOOL_NAME / 8],
+    facts: AtomicU64,
+}
+
+/// Up to eight bytes as a zero-padded little-endian word.
+fn name_word(chunk: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..chunk.len()].copy_from_slice(chunk);
+    u64::from_le_bytes(word)
+}
+
+impl LastTool {
+    fn read(&self, name: &[u8]) -> Option<ToolFacts> {
+        if name.is_empty() || name.len() > LAST_TOOL_NAME {
+            return None;
+        }
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 == 1 || self.len.load(Ordering::Relaxed) != name.len() as u64 {
+            return None;
+        }
+        let same = name
+            .chunks(8)
+            .zip(&self.words)
+            .all(|(chunk, word)| word.load(Ordering::Relaxed) == name_word(chunk));
+        let facts = self.facts.load(Ordering::Relaxed);
+        // The loads above complete before the sequence is read again.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (same && self.seq.load(Ordering::Relaxed) == before).then(|| ToolFacts::unpack(facts))
+    }
+
+    /// Keeps `name`'s facts; the caller holds the lock of the inferred policies.
+    fn write(&self, name: &[u8], facts: ToolFacts) {
+        if name.is_empty() || name.len() > LAST_TOOL_NAME {
+            return;
+        }
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        // The odd number is seen before any of the stores below.
+        std::sync::atomic::fence(Ordering::Release);
+        self.len.store(name.len() as u64, Ordering::Relaxed);
+        let mut chunks = name.chunks(8);
+        for word in &self.words {
+            word.store(chunks.next().map_or(0, name_word), Ordering::Relaxed);
+        }
+        self.facts.store(facts.pack(), Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
 /// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
 /// inferred it.
 pub(crate) struct ToolSpec {
@@ -519,6 +627,9 @@ pub struct Guard {
     /// its own, taken before keying (the policy says whether whitespace is kept) and never
     /// while Python code runs.
     inferred: Mutex<Inferred>,
+    /// The facts of the undeclared tool last asked for, read without that lock (a check's
+    /// every lock is two atomic operations, ~9 ns here; agents call one tool again and again).
+    last_tool: LastTool,
     pub(crate) state: Mutex<State>,
     /// The state's `wants` as it was when the lock was last let go (`Locked`): read before
     /// the lock is taken, to tell a call's question (which runs Python code) only where a
@@ -673,6 +784,7 @@ impl Guard {
         Guard {
             config,
             inferred: Mutex::new(Inferred::default()),
+            last_tool: LastTool::default(),
             state: Mutex::new(State::default()),
             wants: AtomicBool::new(false),
         }
@@ -773,6 +885,10 @@ impl Guard {
         name: &Bound<'_, PyString>,
         name_bytes: &[u8],
     ) -> PyResult<ToolFacts> {
+        if let Some(facts) = self.last_tool.read(name_bytes) {
+            // Only an undeclared tool's are kept there, and declarations never change.
+            return Ok(facts);
+        }
         self.read_spec(py, name, name_bytes, |spec| {
             ToolFacts::of(spec.map(|s| &**s))
         })
@@ -809,6 +925,8 @@ impl Guard {
             }
             if let Some(known) = inferred.by_name.get(name_bytes).cloned() {
                 // The one it replaces is in the map too: nothing is dropped under the lock.
+                self.last_tool
+                    .write(name_bytes, ToolFacts::of(known.as_deref()));
                 let previous = inferred
                     .last
                     .replace((SmallVec::from_slice(name_bytes), known.clone()));
@@ -1060,13 +1178,19 @@ impl Guard {
 /// (a subclass's `__eq__` is never asked), anything else names no block.
 fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
     if let Ok(list) = result.cast_exact::<PyList>() {
+        // Asked first: `get_item` of an empty list makes an IndexError to throw away.
+        if list.is_empty() {
+            return Ok(Some(true));
+        }
         let Ok(first) = list.get_item(0) else {
             return Ok(Some(true));
         };
         let Ok(block) = first.cast_exact::<PyDict>() else {
             return Ok(Some(false));
         };
-        return Ok(match block.get_item("type")? {
+        // Interned: a `&str` key would be made into a new str, and hashed, every time.
+        let kind = pyo3::intern!(result.py(), "type");
+        return Ok(match block.get_item(kind)? {
             Some(kind) if is_text_block(&kind)? => None,
             _ => Some(false),
         });
@@ -1480,9 +1604,14 @@ impl Guard {
             Some(id) => Some(name_bytes(id.bind(py))?),
             None => None,
         };
-        let (released, ask) =
-            self.lock()
-                .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
+        let mut released = Released::default();
+        let ask = self.lock().observe_into(
+            verdict.step,
+            verdict.key,
+            call_id.as_deref(),
+            outcome,
+            &mut released,
+        );
         drop(released);
         // What the call asked, told outside the lock (it reads the harness's objects) from
         // the arguments held since the check.
