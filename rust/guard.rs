@@ -1188,8 +1188,16 @@ impl<V, R, N> RunState<V, R, N> {
                 empty: false,
                 failed: false,
                 retry: false,
-                question,
+                question: None,
             });
+            if question.is_some() {
+                // Set on its own: built into the entry, the question was copied through a
+                // stack slot read back across two stores, a stall on every push (most calls
+                // have no question told: then nothing is copied).
+                if let Some(entry) = self.window.back_mut() {
+                    entry.question = question;
+                }
+            }
             match args {
                 // A nudged call never runs, so nothing of it is observed.
                 Some((args, text)) if allowed && question.is_none() => {
