@@ -454,6 +454,29 @@ impl<V, R, N> RunState<V, R, N> {
             };
             return decision(action, reason, repeats, Detail::Plain);
         }
+        self.decide_observed(limits, key, rule, question, step, over_budget)
+    }
+
+    /// `decide` once results are observed: the progress-aware rules. Not inlined, so that
+    /// the hash-only path stays small and its code the same whatever these rules become
+    /// (an edit here moved the allow path's time by a tenth, through its layout alone).
+    #[inline(never)]
+    fn decide_observed(
+        &self,
+        limits: &Limits,
+        key: Key,
+        rule: Option<ToolRule>,
+        question: Option<Question>,
+        step: u64,
+        over_budget: bool,
+    ) -> Decision {
+        let decision = |action, reason, repeats, detail| Decision {
+            action,
+            reason,
+            repeats,
+            step,
+            detail,
+        };
         let policy = rule.map(|r| r.policy);
         let Repeats {
             count: repeats,
@@ -501,13 +524,22 @@ impl<V, R, N> RunState<V, R, N> {
         question: Option<Question>,
         policy: Option<Policy>,
     ) -> Repeats {
-        let earlier = || {
-            self.window
-                .iter()
-                .filter(|e| e.key == key && !e.retry && !e.corrected(question))
-        };
-        let Some(latest) = earlier().rfind(|e| e.result.is_some()) else {
-            let count = earlier().count() as u32 + 1;
+        // The newest earlier occurrence with a result, counting those without one on the
+        // way: one pass, where a call with no earlier occurrence (most calls) reads the
+        // window once.
+        let mut unobserved = 0u32;
+        let mut latest = None;
+        for e in self.window.iter().rev() {
+            if e.key == key && !e.retry && !e.corrected(question) {
+                if e.result.is_some() {
+                    latest = Some(e);
+                    break;
+                }
+                unobserved += 1;
+            }
+        }
+        let Some(latest) = latest else {
+            let count = unobserved + 1;
             return Repeats {
                 count,
                 counted: count,
@@ -657,6 +689,11 @@ impl<V, R, N> RunState<V, R, N> {
     /// that a call of `key` would start a third round of.
     fn cycle(&self, key: Key) -> Option<(Vec<u32>, bool)> {
         let n = self.window.len();
+        // Most calls start no cycle: their key is nowhere a first lap of two calls or more
+        // could begin (one pass over the window, not an indexed probe per period).
+        if n < 4 || !self.window.range(..n - 3).any(|e| e.key == key) {
+            return None;
+        }
         for period in 2..=n / 2 {
             let start = n - 2 * period;
             let lap = |i: usize| &self.window[start + i];
@@ -712,6 +749,37 @@ impl<V, R, N> RunState<V, R, N> {
         args: Option<(R, bool)>,
     ) -> Released<V, R, N> {
         let mut released = Released::default();
+        self.commit_into(
+            limits,
+            key,
+            tool,
+            decision,
+            policy,
+            latched,
+            remembered,
+            question,
+            args,
+            &mut released,
+        );
+        released
+    }
+
+    /// `commit`, adding what it lets go of to `released` (the caller's: no `Released` is
+    /// made, moved and merged per check).
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_into(
+        &mut self,
+        limits: &Limits,
+        key: Key,
+        tool: u32,
+        decision: &Decision,
+        policy: Option<Policy>,
+        latched: Option<V>,
+        remembered: Option<(&[u8], V)>,
+        question: Option<Question>,
+        args: Option<(R, bool)>,
+        released: &mut Released<V, R, N>,
+    ) {
         self.steps = decision.step;
         let allowed = decision.action == Action::Allow;
         if decision.action == Action::Stop {
@@ -727,9 +795,11 @@ impl<V, R, N> RunState<V, R, N> {
                         .front()
                         .is_some_and(|(step, _, _)| *step == gone.step)
                     {
-                        released
-                            .results
-                            .extend(self.args.pop_front().map(|(_, a, _)| a));
+                        // `push`, not `extend`: inlined, where `extend` is a call that
+                        // reserves first (a check's every allow comes here).
+                        if let Some((_, args, _)) = self.args.pop_front() {
+                            released.results.push(args);
+                        }
                     }
                 }
             }
@@ -745,19 +815,29 @@ impl<V, R, N> RunState<V, R, N> {
                 empty: false,
                 failed: false,
                 retry: false,
-                question,
+                question: None,
             });
+            if question.is_some() {
+                // Set on its own: built into the entry, the question was copied through a
+                // stack slot read back across two stores, a stall on every push (most calls
+                // have no question told: then nothing is copied).
+                if let Some(entry) = self.window.back_mut() {
+                    entry.question = question;
+                }
+            }
             match args {
                 // A nudged call never runs, so nothing of it is observed.
                 Some((args, text)) if allowed && question.is_none() => {
                     self.args.push_back((decision.step, args, text))
                 }
-                other => released.results.extend(other.map(|(a, _)| a)),
+                Some((args, _)) => released.results.push(args),
+                None => {}
             }
-            self.forget_errors(&mut released);
-            self.forget_tools(&mut released);
-            if self.observed {
-                // Only a result marks an entry: without any, there is nothing to update.
+            self.forget_errors(released);
+            self.forget_tools(released);
+            if self.wants {
+                // The call dropped may have been the one marked. Without a mark there is
+                // nothing to update: the call added has no result yet, so marks none.
                 self.update_wants();
             }
         }
@@ -771,16 +851,8 @@ impl<V, R, N> RunState<V, R, N> {
         }
         if let Some((call_id, verdict)) = remembered {
             let answered = decision.action == Action::Nudge;
-            self.remember(
-                call_id,
-                key,
-                decision.step,
-                verdict,
-                answered,
-                &mut released,
-            );
+            self.remember(call_id, key, decision.step, verdict, answered, released);
         }
-        released
     }
 
     /// Whether a result in the window came back empty or failed, so that a new call's
@@ -868,6 +940,19 @@ impl<V, R, N> RunState<V, R, N> {
         outcome: Outcome<N>,
     ) -> (Released<V, R, N>, Option<Held<R>>) {
         let mut released = Released::default();
+        let ask = self.observe_into(step, key, call_id, outcome, &mut released);
+        (released, ask)
+    }
+
+    /// `observe`, adding what it lets go of to `released` (the caller's, as `commit_into`).
+    pub fn observe_into(
+        &mut self,
+        step: u64,
+        key: Key,
+        call_id: Option<&[u8]>,
+        outcome: Outcome<N>,
+        released: &mut Released<V, R, N>,
+    ) -> Option<Held<R>> {
         if let Some(remembered) = call_id.and_then(|id| self.call_ids.get_mut(id)) {
             if remembered.step == step {
                 remembered.answered = true;
@@ -882,12 +967,12 @@ impl<V, R, N> RunState<V, R, N> {
             .filter(|&i| !self.window[i].nudged)
         else {
             released.names.extend(outcome.error);
-            return (released, None);
+            return None;
         };
         if outcome.result.is_none() && !outcome.failed {
             // Nothing to compare it by: as if not observed.
             released.names.extend(outcome.error);
-            return (released, None);
+            return None;
         }
         // A retry is counted once per call, however often it is observed.
         let was_retry = self.window[index].retry;
@@ -916,12 +1001,16 @@ impl<V, R, N> RunState<V, R, N> {
             (_, text) => released.names.extend(text),
         }
         // The arguments of the call observed are nearly always the newest held.
-        let held = self
-            .args
-            .iter()
-            .rposition(|(at, _, _)| *at == step)
-            .and_then(|i| self.args.remove(i))
-            .map(|(_, args, text)| (args, text));
+        let held = if self.args.back().is_some_and(|(at, _, _)| *at == step) {
+            // `pop_back`: `remove` is a call that shifts, even for the last one.
+            self.args.pop_back()
+        } else {
+            self.args
+                .iter()
+                .rposition(|(at, _, _)| *at == step)
+                .and_then(|i| self.args.remove(i))
+        }
+        .map(|(_, args, text)| (args, text));
         let entry = &mut self.window[index];
         if !entry.marked() {
             // Only a call that came back empty or failed is read for what it asked (the
@@ -937,10 +1026,12 @@ impl<V, R, N> RunState<V, R, N> {
             self.update_wants();
         }
         if ask {
-            return (released, Some(held));
+            return Some(held);
         }
-        released.results.extend(held.map(|(a, _)| a));
-        (released, None)
+        if let Some((args, _)) = held {
+            released.results.push(args);
+        }
+        None
     }
 
     /// Hands over every call's held arguments, with its step, key and tool, for their

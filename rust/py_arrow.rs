@@ -68,9 +68,9 @@ impl Cold for PyCold {
             let spec = self.guard.get().spec_of(py, &name, tool)?;
             Ok(match spec {
                 Some(spec) => Spec {
-                    rule: spec.rule,
-                    native_key: !spec.keep_whitespace,
-                    plain_results: spec.plain_results,
+                    rule: spec.facts.rule,
+                    native_key: !spec.facts.keep_whitespace,
+                    plain_results: spec.facts.plain_results,
                 },
                 None => Spec {
                     rule: None,
@@ -116,7 +116,7 @@ impl Cold for PyCold {
             let outcome = self
                 .guard
                 .get()
-                .outcome_of(py, &name, &value, error.as_ref(), &none)?;
+                .outcome_of(py, &name, &value, error.as_ref(), &none, None)?;
             Ok(Outcome {
                 result: outcome.result,
                 empty: outcome.empty,
@@ -171,6 +171,9 @@ impl Cold for PyCold {
                 window: self.guard.get().config.limits.window,
                 budget: None,
                 detail,
+                // Made for its message only: never observed.
+                origin: 0,
+                plain_results: true,
             };
             Py::new(py, verdict)?.bind(py).getattr("message")?.extract()
         })

@@ -1,24 +1,24 @@
 //! `Guard` and `Verdict` for Python, over the pyo3-free logic in `guard.rs`. Behaviour mirrors
 //! `tripwire/_guard.py`, the reference; messages come from `tripwire/_messages.py`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyDeprecationWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyList, PySequence, PyString, PyTuple};
-use smallvec::SmallVec;
 
-use crate::canon::{self, Text};
+use crate::canon;
 use crate::guard::{
     Action, Decision, Detail, Limits, NameMap, Outcome, Policy, Question, Reason, Released,
     RunState, ToolRule,
 };
 use crate::key::{key_hex, Key};
-use crate::py_canon::{canonical_key, text_of, wtf8_of, VolatileKeys};
+use crate::py_canon::{ascii_of, canonical_key, text_of, wtf8_of, VolatileKeys};
 use crate::py_json::{invalid_json, json_key};
 use crate::py_reference::{native_call_key, reference, refused};
 
@@ -62,9 +62,11 @@ impl Stored {
     }
 }
 
-/// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
-/// inferred it.
-pub(crate) struct ToolSpec {
+/// What the hot path reads of a tool's policy: copied out of its [`ToolSpec`] where the
+/// policy is looked up, so that a check takes no reference to the spec (an `Arc` clone and
+/// drop are two atomic operations, a tenth of what the guard adds to a check).
+#[derive(Clone, Copy)]
+pub(crate) struct ToolFacts {
     /// `None`: no policy (a tool of unknown kind).
     pub(crate) rule: Option<ToolRule>,
     /// Its string arguments keep their whitespace in the key.
@@ -74,6 +76,134 @@ pub(crate) struct ToolSpec {
     /// Its results are judged by the built-in rules alone (no `empty` setting, no
     /// `volatile_result_keys`), so the commonest ones may take the short cut.
     pub(crate) plain_results: bool,
+}
+
+impl ToolFacts {
+    /// A tool with no policy.
+    const NONE: ToolFacts = ToolFacts {
+        rule: None,
+        keep_whitespace: false,
+        cacheable: false,
+        plain_results: true,
+    };
+
+    fn of(spec: Option<&ToolSpec>) -> ToolFacts {
+        spec.map_or(ToolFacts::NONE, |s| s.facts)
+    }
+}
+
+impl ToolFacts {
+    /// The facts as one word (`LastTool`): `max_polls`, then the policy (0: none), then the
+    /// three flags.
+    fn pack(self) -> u64 {
+        let (policy, max_polls) = match self.rule {
+            None => (0u64, 0u32),
+            Some(ToolRule { policy, max_polls }) => {
+                let code = match policy {
+                    Policy::Read => 1,
+                    Policy::Write => 2,
+                    Policy::Volatile => 3,
+                    Policy::Poll => 4,
+                    Policy::Shell => 5,
+                };
+                (code, max_polls)
+            }
+        };
+        u64::from(max_polls)
+            | policy << 32
+            | u64::from(self.keep_whitespace) << 35
+            | u64::from(self.cacheable) << 36
+            | u64::from(self.plain_results) << 37
+    }
+
+    fn unpack(word: u64) -> ToolFacts {
+        let policy = match (word >> 32) & 7 {
+            1 => Some(Policy::Read),
+            2 => Some(Policy::Write),
+            3 => Some(Policy::Volatile),
+            4 => Some(Policy::Poll),
+            5 => Some(Policy::Shell),
+            _ => None,
+        };
+        ToolFacts {
+            rule: policy.map(|policy| ToolRule {
+                policy,
+                max_polls: word as u32,
+            }),
+            keep_whitespace: word >> 35 & 1 == 1,
+            cacheable: word >> 36 & 1 == 1,
+            plain_results: word >> 37 & 1 == 1,
+        }
+    }
+}
+
+/// The longest tool name `LastTool` keeps.
+const LAST_TOOL_NAME: usize = 32;
+
+/// One tool name and its facts, behind a sequence lock: read with plain loads (no atomic
+/// read-modify-write, which a mutex costs), written only under the guard's
+/// `last_tool_writer`, so by one writer at a time. A read that overlaps a write sees the
+/// sequence number change, or odd, and goes the slow way.
+#[derive(Default)]
+struct LastTool {
+    /// Even when stable, odd while a write is under way.
+    seq: AtomicU64,
+    /// The name's length; 0 until a name is kept (an empty one never is).
+    len: AtomicU64,
+    /// The name's bytes, zero-padded, eight to a word.
+    words: [AtomicU64; LAST_TOOL_NAME / 8],
+    facts: AtomicU64,
+}
+
+/// Up to eight bytes as a zero-padded little-endian word.
+fn name_word(chunk: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..chunk.len()].copy_from_slice(chunk);
+    u64::from_le_bytes(word)
+}
+
+impl LastTool {
+    fn read(&self, name: &[u8]) -> Option<ToolFacts> {
+        if name.is_empty() || name.len() > LAST_TOOL_NAME {
+            return None;
+        }
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 == 1 || self.len.load(Ordering::Relaxed) != name.len() as u64 {
+            return None;
+        }
+        let same = name
+            .chunks(8)
+            .zip(&self.words)
+            .all(|(chunk, word)| word.load(Ordering::Relaxed) == name_word(chunk));
+        let facts = self.facts.load(Ordering::Relaxed);
+        // The loads above complete before the sequence is read again.
+        std::sync::atomic::fence(Ordering::Acquire);
+        (same && self.seq.load(Ordering::Relaxed) == before).then(|| ToolFacts::unpack(facts))
+    }
+
+    /// Keeps `name`'s facts; the caller holds the guard's `last_tool_writer`.
+    fn write(&self, name: &[u8], facts: ToolFacts) {
+        if name.is_empty() || name.len() > LAST_TOOL_NAME {
+            return;
+        }
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        // The odd number is seen before any of the stores below.
+        std::sync::atomic::fence(Ordering::Release);
+        self.len.store(name.len() as u64, Ordering::Relaxed);
+        let mut chunks = name.chunks(8);
+        for word in &self.words {
+            word.store(chunks.next().map_or(0, name_word), Ordering::Relaxed);
+        }
+        self.facts.store(facts.pack(), Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// A tool's policy as the reference's `check_tools` validated it or its `infer_policy`
+/// inferred it.
+pub(crate) struct ToolSpec {
+    pub(crate) facts: ToolFacts,
     /// The reference's policy object, for what only Python judges (results, `policy_of`).
     policy: Py<PyAny>,
 }
@@ -150,23 +280,24 @@ pub(crate) fn annotated_specs(
     Ok(specs)
 }
 
-/// A tool name's WTF-8 bytes, on the stack for any usual name.
-type NameBytes = SmallVec<[u8; 32]>;
-
-fn name_bytes(name: &Bound<'_, PyString>) -> PyResult<NameBytes> {
-    Ok(match text_of(name)? {
-        Text::Latin1(bytes) if bytes.is_ascii() => SmallVec::from_slice(bytes),
-        _ => SmallVec::from_vec(wtf8_of(name)?),
+/// A tool name's WTF-8 bytes: the str's own characters where it is ASCII (nearly every
+/// name, and then nothing is copied), else a copy.
+fn name_bytes<'a>(name: &'a Bound<'_, PyString>) -> PyResult<Cow<'a, [u8]>> {
+    Ok(match ascii_of(name) {
+        Some(bytes) => Cow::Borrowed(bytes),
+        None => Cow::Owned(wtf8_of(name)?),
     })
 }
 
 /// One call, validated and keyed, ready to be decided.
 pub(crate) struct Prepared<'py> {
     name: Bound<'py, PyString>,
-    name_bytes: NameBytes,
+    /// The name's WTF-8 bytes where it is not ASCII (see `Prepared::name_bytes`).
+    wide_name: Option<Box<[u8]>>,
     pub(crate) key: Key,
     rule: Option<ToolRule>,
     cacheable: bool,
+    plain_results: bool,
     call_id: Option<CallId>,
     pub(crate) invalid_arguments: Option<Py<PyString>>,
     /// What the call asks, where it was told (see `Guard::question`).
@@ -176,6 +307,16 @@ pub(crate) struct Prepared<'py> {
     args: Bound<'py, PyAny>,
     /// The arguments are JSON text.
     text: bool,
+}
+
+impl Prepared<'_> {
+    /// The name's WTF-8 bytes: read from the str itself where it is ASCII.
+    fn name_bytes(&self) -> &[u8] {
+        match &self.wide_name {
+            Some(bytes) => bytes,
+            None => ascii_of(&self.name).unwrap_or_default(),
+        }
+    }
 }
 
 /// What a verdict's message is about (`guard::Detail`, with tool names and error texts).
@@ -270,6 +411,11 @@ pub struct Verdict {
     /// The guard's `max_steps` as the user wrote it, for the budget message.
     pub(crate) budget: Option<Arc<str>>,
     pub(crate) detail: VerdictDetail,
+    /// The `serial` of the configuration of the guard that made it, and its tool's
+    /// `plain_results` there: `observe` on a guard of that configuration reads the policy
+    /// from here rather than looking it up again. 0: not known (a verdict decoded from bytes).
+    pub(crate) origin: u64,
+    pub(crate) plain_results: bool,
 }
 
 impl Verdict {
@@ -296,6 +442,8 @@ impl Verdict {
             invalid_arguments,
             window: self.window,
             budget: self.budget.clone(),
+            origin: self.origin,
+            plain_results: self.plain_results,
             detail: VerdictDetail::After(
                 self.tool.clone_ref(py),
                 self.repeats,
@@ -333,6 +481,8 @@ impl Verdict {
             window: self.window,
             budget: self.budget.clone(),
             detail: self.detail.copy(py),
+            origin: self.origin,
+            plain_results: self.plain_results,
         }
     }
 }
@@ -490,6 +640,11 @@ impl Verdict {
 pub struct Guard {
     /// Shared by the guards restored from snapshots of one configuration (py_snapshot.rs).
     pub(crate) config: Arc<GuardConfig>,
+    /// The facts of the undeclared tool last asked for, read without a lock (a check's
+    /// every lock is two atomic operations, ~9 ns here; agents call one tool again and again).
+    last_tool: LastTool,
+    /// Taken to write `last_tool`, which has one writer at a time.
+    last_tool_writer: Mutex<()>,
     pub(crate) state: Mutex<State>,
     /// The state's `wants` as it was when the lock was last let go (`Locked`): read before
     /// the lock is taken, to tell a call's question (which runs Python code) only where a
@@ -544,6 +699,14 @@ pub(crate) struct GuardConfig {
     pub(crate) max_steps_text: Option<Arc<str>>,
     /// The configuration as a snapshot writes it, and its digest; made when first asked.
     pub(crate) written: std::sync::OnceLock<(Box<[u8]>, [u8; 8])>,
+    /// Unique to this configuration in the process (never 0): see `Verdict::origin`.
+    pub(crate) serial: u64,
+}
+
+/// A new `GuardConfig::serial`.
+pub(crate) fn config_serial() -> u64 {
+    static SERIALS: AtomicU64 = AtomicU64::new(1);
+    SERIALS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Validates the numbers with the reference's own `check_limits` (one source of the rules
@@ -610,15 +773,17 @@ fn spec_of_policy(policy: Bound<'_, PyAny>) -> PyResult<ToolSpec> {
     let empty_digests = policy.getattr("empty_digests")?.len()?;
     let result_keys = policy.getattr("volatile_result_keys")?.len()?;
     Ok(ToolSpec {
-        rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
-        keep_whitespace: whitespace == "keep",
-        cacheable: policy_kind == Some(Policy::Read) && source == "declared",
-        // A shell's results are never empty, and keys left out of a result change its
-        // digest: the reference's reader decides those.
-        plain_results: !empty_answers
-            && empty_digests == 0
-            && result_keys == 0
-            && policy_kind != Some(Policy::Shell),
+        facts: ToolFacts {
+            rule: policy_kind.map(|policy| ToolRule { policy, max_polls }),
+            keep_whitespace: whitespace == "keep",
+            cacheable: policy_kind == Some(Policy::Read) && source == "declared",
+            // A shell's results are never empty, and keys left out of a result change its
+            // digest: the reference's reader decides those.
+            plain_results: !empty_answers
+                && empty_digests == 0
+                && result_keys == 0
+                && policy_kind != Some(Policy::Shell),
+        },
         policy: policy.unbind(),
     })
 }
@@ -627,6 +792,8 @@ impl Guard {
     pub(crate) fn with_config(config: Arc<GuardConfig>) -> Guard {
         Guard {
             config,
+            last_tool: LastTool::default(),
+            last_tool_writer: Mutex::new(()),
             state: Mutex::new(State::default()),
             wants: AtomicBool::new(false),
         }
@@ -724,12 +891,52 @@ impl Guard {
         if !self.config.infer {
             return Ok(None);
         }
+        self.inferred_spec(py, name, name_bytes)
+    }
+
+    /// An undeclared tool's policy, where the guard infers: its definition's, else what its
+    /// name says.
+    fn inferred_spec(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        name_bytes: &[u8],
+    ) -> PyResult<Option<Arc<ToolSpec>>> {
         if !self.config.annotated.is_empty() {
             if let Some(spec) = self.config.annotated.get(name_bytes) {
                 return Ok(Some(spec.clone()));
             }
         }
         by_name(py, name, name_bytes)
+    }
+
+    /// What the hot path reads of a tool's policy (`spec_of`, without a reference to it).
+    fn facts_of(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyString>,
+        name_bytes: &[u8],
+    ) -> PyResult<ToolFacts> {
+        if let Some(facts) = self.last_tool.read(name_bytes) {
+            // Only an undeclared tool's are kept there, and declarations never change.
+            return Ok(facts);
+        }
+        if !self.config.tools.is_empty() {
+            if let Some(spec) = self.config.tools.get(name_bytes) {
+                return Ok(spec.facts);
+            }
+        }
+        if !self.config.infer {
+            return Ok(ToolFacts::NONE);
+        }
+        let facts = ToolFacts::of(self.inferred_spec(py, name, name_bytes)?.as_deref());
+        let writer = self
+            .last_tool_writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.last_tool.write(name_bytes, facts);
+        drop(writer);
+        Ok(facts)
     }
 
     /// The key of a call of a tool whose string arguments keep their whitespace, by the
@@ -763,8 +970,8 @@ impl Guard {
         let call_id = call_id_arg(call_id)?;
         let exact = exact_str(crate::py_canon::check_name(name)?)?;
         let name_bytes = name_bytes(&exact)?;
-        let spec = self.spec_of(py, &exact, &name_bytes)?;
-        let keep = spec.as_ref().is_some_and(|s| s.keep_whitespace);
+        let facts = self.facts_of(py, &exact, &name_bytes)?;
+        let keep = facts.keep_whitespace;
         let (key, invalid_arguments) = if text {
             let keyed = if keep {
                 self.verbatim_key(py, &reference(py)?.verbatim_key_json, name, args)
@@ -792,12 +999,17 @@ impl Guard {
             (canonical_key(py, name, args, &self.config.volatile)?, None)
         };
         let question = self.question(py, &exact, args, text)?;
+        let wide_name = match name_bytes {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(bytes) => Some(bytes.into_boxed_slice()),
+        };
         Ok(Prepared {
             name: exact,
-            name_bytes,
+            wide_name,
             key,
-            rule: spec.as_ref().and_then(|s| s.rule),
-            cacheable: spec.as_ref().is_some_and(|s| s.cacheable),
+            rule: facts.rule,
+            cacheable: facts.cacheable,
+            plain_results: facts.plain_results,
             call_id,
             invalid_arguments,
             question,
@@ -815,10 +1027,13 @@ impl Guard {
         result: &Bound<'_, PyAny>,
         error: Option<&Bound<'_, PyAny>>,
         transient: &Bound<'_, PyAny>,
+        plain_results: Option<bool>,
     ) -> PyResult<Outcome<Py<PyString>>> {
-        let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
         let told = error.is_some_and(|e| !e.is_none()) || !transient.is_none();
-        let plain_results = spec.as_ref().is_none_or(|s| s.plain_results);
+        let plain_results = match plain_results {
+            Some(known) => known,
+            None => self.facts_of(py, tool, &name_bytes(tool)?)?.plain_results,
+        };
         // A result whose own methods raise while the fast path reads it goes to the full
         // rules, the reference's, which take it as unknown (a result is never raised).
         let plain = match plain_result(result) {
@@ -828,7 +1043,10 @@ impl Guard {
         };
         match plain {
             Some(empty) if !told && plain_results => plain_outcome(py, result, empty),
-            _ => described_outcome(py, spec.as_deref(), result, error, transient),
+            _ => {
+                let spec = self.spec_of(py, tool, &name_bytes(tool)?)?;
+                described_outcome(py, spec.as_deref(), result, error, transient)
+            }
         }
     }
 
@@ -852,21 +1070,23 @@ impl Guard {
         call: &Prepared<'_>,
         released: &mut Dropped,
     ) -> PyResult<Verdict> {
+        let name_bytes = call.name_bytes();
         let Prepared {
             name,
-            name_bytes,
+            wide_name: _,
             key,
             rule,
             cacheable,
+            plain_results,
             call_id,
             invalid_arguments,
             question,
             args,
             text,
         } = call;
-        let (key, rule, call_id) = (*key, *rule, call_id.as_ref());
+        let (key, rule, call_id, question) = (*key, *rule, call_id.as_ref(), *question);
         let policy = rule.map(|r| r.policy);
-        if let Some(known) = state.recall(call_id.map(|c| &*c.bytes), key) {
+        if let Some(known) = state.recall(call_id.map(|c| c.bytes(py)), key) {
             return known.verdict(py, &self.config, &state.restored);
         }
         if let Some(stop) = state.stopped() {
@@ -879,7 +1099,7 @@ impl Guard {
             ));
         }
         let tool = state.intern_tool(name_bytes, || name.clone().unbind());
-        let decision: Decision = state.decide(&self.config.limits, key, rule, *question);
+        let decision: Decision = state.decide(&self.config.limits, key, rule, question);
         let error = |digest: &Key| match state.error_text(*digest) {
             Some(text) => text.clone_ref(py),
             None => PyString::new(py, "").unbind(),
@@ -910,15 +1130,17 @@ impl Guard {
             window: self.config.limits.window,
             budget: self.config.max_steps_text.clone(),
             detail,
+            origin: self.config.serial,
+            plain_results: *plain_results,
         };
         let latched = (decision.action == Action::Stop)
             .then(|| Stored::Live(Box::new(verdict.copy(py, None, None))));
         let remembered =
-            call_id.map(|c| (&*c.bytes, Stored::Live(Box::new(verdict.duplicate(py)))));
+            call_id.map(|c| (c.bytes(py), Stored::Live(Box::new(verdict.duplicate(py)))));
         // Held as given, with whether it is JSON text, for the question to be told from.
         let held = (question.is_none() && decision.action == Action::Allow)
             .then(|| (args.clone().unbind(), *text));
-        released.absorb(state.commit(
+        state.commit_into(
             &self.config.limits,
             key,
             tool,
@@ -926,9 +1148,10 @@ impl Guard {
             policy,
             latched,
             remembered,
-            *question,
+            question,
             held,
-        ));
+            released,
+        );
         Ok(verdict)
     }
 }
@@ -942,13 +1165,19 @@ impl Guard {
 /// (a subclass's `__eq__` is never asked), anything else names no block.
 fn plain_result(result: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
     if let Ok(list) = result.cast_exact::<PyList>() {
+        // Asked first: `get_item` of an empty list makes an IndexError to throw away.
+        if list.is_empty() {
+            return Ok(Some(true));
+        }
         let Ok(first) = list.get_item(0) else {
             return Ok(Some(true));
         };
         let Ok(block) = first.cast_exact::<PyDict>() else {
             return Ok(Some(false));
         };
-        return Ok(match block.get_item("type")? {
+        // Interned: a `&str` key would be made into a new str, and hashed, every time.
+        let kind = pyo3::intern!(result.py(), "type");
+        return Ok(match block.get_item(kind)? {
             Some(kind) if is_text_block(&kind)? => None,
             _ => Some(false),
         });
@@ -1056,7 +1285,19 @@ fn described_outcome(
 /// A call id, as the Python str and as bytes to compare without Python.
 struct CallId {
     object: Py<PyString>,
-    bytes: Vec<u8>,
+    /// Its WTF-8 bytes where it is not ASCII (see `CallId::bytes`).
+    wide: Option<Vec<u8>>,
+}
+
+impl CallId {
+    /// The id's WTF-8 bytes: read from the str itself where it is ASCII (providers' ids
+    /// are), so that a check with an id copies none.
+    fn bytes<'a>(&'a self, py: Python<'a>) -> &'a [u8] {
+        match &self.wide {
+            Some(bytes) => bytes,
+            None => ascii_of(self.object.bind(py)).unwrap_or_default(),
+        }
+    }
 }
 
 /// The Verdict a method was given, or the TypeError the reference's `check_verdict` raises.
@@ -1114,10 +1355,17 @@ fn call_id_arg(call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Option<CallId>> {
         None => Ok(None),
         Some(obj) if obj.is_none() => Ok(None),
         Some(obj) => match obj.cast::<PyString>() {
-            Ok(text) => Ok(Some(CallId {
-                bytes: wtf8_of(text)?,
-                object: exact_str(text)?.unbind(),
-            })),
+            Ok(text) => {
+                let object = exact_str(text)?;
+                let wide = match ascii_of(&object) {
+                    Some(_) => None,
+                    None => Some(wtf8_of(&object)?),
+                };
+                Ok(Some(CallId {
+                    object: object.unbind(),
+                    wide,
+                }))
+            }
             Err(_) => {
                 let py = obj.py();
                 let checked = reference(py).and_then(|r| r.check_call_id.bind(py).call1((obj,)));
@@ -1172,6 +1420,7 @@ impl Guard {
             definitions: definitions.unbind(),
             max_steps_text,
             written: std::sync::OnceLock::new(),
+            serial: config_serial(),
         })))
     }
 
@@ -1243,7 +1492,7 @@ impl Guard {
             for (index, call) in prepared.iter().enumerate() {
                 let earlier = first_of_key.get(&call.key).copied();
                 let call_id = call.call_id.as_ref();
-                let retried = call_id.is_some_and(|c| state.retried(&c.bytes, call.key));
+                let retried = call_id.is_some_and(|c| state.retried(c.bytes(py), call.key));
                 match earlier {
                     Some(first) if !retried => {
                         let copy = verdicts[first].copy(
@@ -1256,7 +1505,7 @@ impl Guard {
                             let answered = copy.action == Action::Nudge;
                             let remembered = Stored::Live(Box::new(copy.duplicate(py)));
                             state.remember(
-                                &c.bytes,
+                                c.bytes(py),
                                 call.key,
                                 step,
                                 remembered,
@@ -1295,7 +1544,12 @@ impl Guard {
             return Ok(());
         }
         let tool = name_bytes(verdict.tool.bind(py))?;
-        if !self.config.tools.get(&*tool).is_some_and(|s| s.cacheable) {
+        if !self
+            .config
+            .tools
+            .get(&*tool)
+            .is_some_and(|s| s.facts.cacheable)
+        {
             return Ok(());
         }
         let released = self
@@ -1343,14 +1597,21 @@ impl Guard {
             return Ok(());
         }
         let tool = verdict.tool.bind(py);
-        let outcome = self.outcome_of(py, tool, result, error, transient)?;
+        // The policy as the check found it, if this guard's configuration made the verdict.
+        let known = (verdict.origin == self.config.serial).then_some(verdict.plain_results);
+        let outcome = self.outcome_of(py, tool, result, error, transient, known)?;
         let call_id = match &verdict.call_id {
-            Some(id) => Some(wtf8_of(id.bind(py))?),
+            Some(id) => Some(name_bytes(id.bind(py))?),
             None => None,
         };
-        let (released, ask) =
-            self.lock()
-                .observe(verdict.step, verdict.key, call_id.as_deref(), outcome);
+        let mut released = Released::default();
+        let ask = self.lock().observe_into(
+            verdict.step,
+            verdict.key,
+            call_id.as_deref(),
+            outcome,
+            &mut released,
+        );
         drop(released);
         // What the call asked, told outside the lock (it reads the harness's objects) from
         // the arguments held since the check.

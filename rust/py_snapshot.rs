@@ -191,6 +191,7 @@ fn build_config(py: Python<'_>, written: &[u8]) -> PyResult<GuardConfig> {
         definitions: definitions.unbind(),
         max_steps_text,
         written: std::sync::OnceLock::new(),
+        serial: crate::py_guard::config_serial(),
     };
     // Only what tripwire writes: then equal configurations are equal bytes, and a guard's
     // snapshots carry the configuration they were restored with.
@@ -495,6 +496,8 @@ impl Decoder<'_> {
             window: self.window,
             budget: self.budget.clone(),
             detail: self.detail(data.detail)?,
+            origin: 0,
+            plain_results: false,
         })
     }
 }

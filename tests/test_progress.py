@@ -1092,6 +1092,24 @@ def test_observe_a_check_json_verdict(tw: ModuleType) -> None:
     assert nudge.message is not None and "the result has not changed" in nudge.message
 
 
+def test_observe_judges_by_the_policy_of_the_guard_it_is_given(tw: ModuleType) -> None:
+    # A verdict made by one guard and observed by another (a fleet's worker checks, another
+    # observes) is judged by the observing guard's policy for its tool, not the maker's:
+    # the native guard keeps the maker's policy in the verdict only for its own use.
+    plain = {"nudge_at": 3, "stop_at": 4}
+    stamped = {**plain, "tools": {"get_logs": {"policy": "read", "volatile_result_keys": ["ts"]}}}
+    for maker_options, judge_options, expected in (
+        (plain, stamped, "nudge"),  # the judge leaves the stamps out: unchanged twice
+        (stamped, plain, "allow"),  # the judge reads the stamps: the result changed
+    ):
+        maker, judge = tw.Guard(**maker_options), tw.Guard(**judge_options)
+        for ts in ("02:00", "02:01"):
+            made = maker.check("get_logs", {"service": "checkout"})
+            assert judge.check("get_logs", {"service": "checkout"}).action == "allow"
+            judge.observe(made, [{"ts": ts, "msg": "upstream timeout"}])
+        assert judge.check("get_logs", {"service": "checkout"}).action == expected
+
+
 # -- results: what is compared --------------------------------------------------------------
 
 
