@@ -113,10 +113,10 @@ impl Cold for PyCold {
                 .call1((text_str(py, result),))?;
             let error = error.map(|e| PyBool::new(py, e).to_owned().into_any());
             let none = py.None().into_bound(py);
-            let outcome = self
-                .guard
-                .get()
-                .outcome_of(py, &name, &value, error.as_ref(), &none, None)?;
+            let outcome =
+                self.guard
+                    .get()
+                    .outcome_of(py, &name, &value, error.as_ref(), &none, None)?;
             Ok(Outcome {
                 result: outcome.result,
                 empty: outcome.empty,
