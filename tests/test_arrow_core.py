@@ -17,11 +17,10 @@ import pytest
 import tripwire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_replay_fleet import ROOT, cli, fleet_generator
 from tripwire.replay import Settings, arrow_core, replay, to_json
 from tripwire.replay.formats import Reader, Result, Turn
 from tripwire.replay.formats import files as files_module
-
-from tests.test_replay_fleet import ROOT, cli, fleet_generator
 
 pytestmark = pytest.mark.skipif(
     tripwire.IMPLEMENTATION != "native", reason="the Arrow core is part of the native build"
