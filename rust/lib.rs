@@ -26,6 +26,8 @@ mod py_json;
 mod py_reference;
 #[cfg(feature = "python")]
 mod py_snapshot;
+#[cfg(feature = "python")]
+mod py_verdict;
 pub mod sha_wide;
 pub mod shapes;
 pub mod snapshot;
@@ -60,7 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_json::call_key_json, m)?)?;
     m.add_function(wrap_pyfunction!(py_batch::call_keys, m)?)?;
     m.add_class::<py_guard::Guard>()?;
-    m.add_class::<py_guard::Verdict>()?;
+    m.add_class::<py_verdict::Verdict>()?;
     m.add_class::<py_arrow::TableReplay>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
     m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;

@@ -16,7 +16,8 @@ use crate::arrow_replay::{Cold, Row, Spec, Stop, StopDetail, TableReplay as Core
 use crate::guard::{Action, Outcome, Question};
 use crate::key::{key_hex, Key};
 use crate::py_canon::VolatileKeys;
-use crate::py_guard::{Guard, Verdict, VerdictDetail};
+use crate::py_guard::Guard;
+use crate::py_verdict::{Verdict, VerdictDetail};
 
 /// Our columns, in `Row`'s order.
 const COLUMNS: [&str; 8] = [

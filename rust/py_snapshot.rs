@@ -15,10 +15,10 @@ use sha2::{Digest, Sha256};
 use crate::key::Key;
 use crate::py_canon::{ascii_of, canonical_key, wtf8_of, VolatileKeys};
 use crate::py_guard::{
-    annotated_specs, formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored, Verdict,
-    VerdictDetail,
+    annotated_specs, formatted, limits_arg, specs_of, Guard, GuardConfig, State, Stored,
 };
 use crate::py_reference::reference;
+use crate::py_verdict::{Verdict, VerdictDetail};
 use crate::snapshot::{
     check_verdict, frame_end, frame_start, unframe, write_cache, Decode, DetailData, Encode,
     Reader, SnapshotError, VerdictData, Writer, FULL, H_CACHED, STATE_ONLY,

@@ -1,5 +1,5 @@
 """``Verdict``: what the guard says about one call, in pure Python (the native one is in
-``rust/py_guard.rs``). Immutable; its message is built when read (``tripwire._messages``)."""
+``rust/py_verdict.rs``). Immutable; its message is built when read (``tripwire._messages``)."""
 
 from __future__ import annotations
 
