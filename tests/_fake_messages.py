@@ -107,8 +107,14 @@ def _events(response_id: str, blocks: list[Block], model: str) -> Iterator[bytes
     yield event("message_stop", {"type": "message_stop"})
 
 
-class FakeMessagesAPI:
-    """``with FakeMessagesAPI(script) as api:`` serves on ``api.url`` until the block ends."""
+class ScriptedAPI:
+    """What every scripted model API of the tests shares (this one and ``_fake_models``'):
+    ``with API(script) as api:`` serves on ``api.url`` until the block ends; each agent
+    request is answered by the script's next response, its tool calls given ids
+    (``TOOL_ID``, formatted with the response's and the block's numbers and the request's);
+    every request is kept."""
+
+    TOOL_ID = "call_{response:02d}{index:02d}"
 
     def __init__(self, script: list[list[Block]]) -> None:
         self.script = [list(response) for response in script]
@@ -125,13 +131,58 @@ class FakeMessagesAPI:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> FakeMessagesAPI:
+    def __enter__(self) -> Any:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def served(self) -> int:
+        return self._next
+
+    def sent_ids(self) -> list[list[str]]:
+        """The tool call ids of each scripted response served, in order."""
+        return [[b["id"] for b in r if b["type"] == "tool_use"] for r in self.script[: self._next]]
+
+    def _next_blocks(self) -> list[Block]:
+        """The script's next response (the caller holds the lock), or "Done." past its end."""
+        if self._next >= len(self.script):
+            return [text("Done.")]
+        blocks = self.script[self._next]
+        for index, block in enumerate(blocks):
+            if block["type"] == "tool_use" and "id" not in block:
+                block["id"] = self.TOOL_ID.format(
+                    response=self._next, index=index, request=self._ids
+                )
+        self._next += 1
+        return blocks
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A keep-alive handler that logs nothing and sends whole bodies."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class FakeMessagesAPI(ScriptedAPI):
+    """The Anthropic Messages API (see the module's docstring)."""
+
+    TOOL_ID = "toolu_{response:02d}{index:02d}fake{request:04d}"
 
     def agent_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r.get("tools")]
@@ -147,10 +198,6 @@ class FakeMessagesAPI:
                         results[block["tool_use_id"]] = block
         return results
 
-    def sent_ids(self) -> list[list[str]]:
-        """The tool_use ids of each scripted response served, in order."""
-        return [[b["id"] for b in r if b["type"] == "tool_use"] for r in self.script[: self._next]]
-
     def _respond(self, request: dict[str, Any]) -> tuple[str, list[Block]]:
         with self._lock:
             self.requests.append(request)
@@ -159,31 +206,12 @@ class FakeMessagesAPI:
             if not request.get("tools"):
                 return response_id, [text("ok")]
             _check_conversation(request.get("messages", []))
-            if self._next >= len(self.script):
-                return response_id, [text("Done.")]
-            blocks = self.script[self._next]
-            for index, block in enumerate(blocks):
-                if block["type"] == "tool_use" and "id" not in block:
-                    block["id"] = f"toolu_{self._next:02d}{index:02d}fake{self._ids:04d}"
-            self._next += 1
-            return response_id, blocks
+            return response_id, self._next_blocks()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_HEAD(self) -> None:
                 self._send(200, b"")
 

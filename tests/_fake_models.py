@@ -19,12 +19,11 @@ get a short JSON text. Every request is kept.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from _fake_messages import Block
+from _fake_messages import Block, ConversationError, QuietHandler, ScriptedAPI
 
 # What Gemini CLI's side requests (router, next speaker) parse: both answered by one text.
 _SIDE_ANSWER = json.dumps(
@@ -37,45 +36,8 @@ _SIDE_ANSWER = json.dumps(
 )
 
 
-class ConversationError(ValueError):
-    """What the real API rejects with a 400."""
-
-
-class _ScriptedAPI:
-    def __init__(self, script: list[list[Block]]) -> None:
-        self.script = [list(response) for response in script]
-        self.requests: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._next = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> Any:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def served(self) -> int:
-        return self._next
-
-    def _next_blocks(self) -> list[Block]:
-        if self._next >= len(self.script):
-            return [{"type": "text", "text": "Done."}]
-        blocks = self.script[self._next]
-        for index, block in enumerate(blocks):
-            if block["type"] == "tool_use" and "id" not in block:
-                block["id"] = f"call_{self._next:02d}{index:02d}"
-        self._next += 1
-        return blocks
+class _ScriptedAPI(ScriptedAPI):
+    """Gemini's and Responses' common server: JSON requests, answered by ``route``."""
 
     # -- per API --------------------------------------------------------------------------
 
@@ -85,19 +47,7 @@ class _ScriptedAPI:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("content-type", kind)
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 self._send(404, b'{"error": {"message": "not here"}}')
 
@@ -251,9 +201,6 @@ class FakeResponsesAPI(_ScriptedAPI):
                         output if isinstance(output, str) else json.dumps(output)
                     )
         return found
-
-    def sent_ids(self) -> list[list[str]]:
-        return [[b["id"] for b in r if b["type"] == "tool_use"] for r in self.script[: self._next]]
 
     def route(self, path: str, request: dict[str, Any]) -> tuple[int, Any]:
         if not path.endswith("/responses"):
