@@ -11,10 +11,11 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import _clis
 from _fake_messages import FakeMessagesAPI
 
 NO_CLAUDE = (
@@ -32,15 +33,21 @@ def claude_binary() -> str | None:
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
 
 
-class Sandbox:
+class Sandbox(_clis.Sandbox):
     """A temporary HOME (Claude Code's settings and transcripts, tripwire's state and
     settings) and a trusted project directory in it."""
 
+    CLEARED: ClassVar[tuple[str, ...]] = ("ANTHROPIC_", "CLAUDE", "TRIPWIRE_", "XDG_")
+    ENV: ClassVar[Mapping[str, str]] = {
+        "ANTHROPIC_API_KEY": "sk-ant-test-dummy",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+
     def __init__(self, root: Path) -> None:
-        self.home = root / "home"
-        self.project = root / "home" / "project"
-        self.state = root / "state"
-        self.project.mkdir(parents=True)
+        super().__init__(root)
         (self.project / ".claude").mkdir()
         (self.home / ".claude.json").write_text(
             json.dumps(
@@ -53,35 +60,6 @@ class Sandbox:
         # The project's own settings: permissions, as a real project has them.
         (self.project / ".claude" / "settings.json").write_text(
             json.dumps({"permissions": {"allow": ALLOWED_TOOLS}}, indent=2)
-        )
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(("ANTHROPIC_", "CLAUDE", "TRIPWIRE_", "XDG_"))
-        }
-        env.update(
-            HOME=str(self.home),
-            XDG_CONFIG_HOME=str(self.home / ".config"),
-            TRIPWIRE_STATE_DIR=str(self.state),
-            ANTHROPIC_API_KEY="sk-ant-test-dummy",
-            DISABLE_TELEMETRY="1",
-            DISABLE_AUTOUPDATER="1",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            DISABLE_ERROR_REPORTING="1",
-        )
-        env.update(extra)
-        return env
-
-    def tripwire(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "tripwire", *args],
-            env=self.env(**env),
-            cwd=self.project,
-            capture_output=True,
-            text=True,
-            timeout=60,
         )
 
     def claude(self, api: FakeMessagesAPI, prompt: str, **env: str) -> dict[str, Any]:
@@ -104,8 +82,3 @@ class Sandbox:
             ) from None
         result["_stderr"] = done.stderr
         return result
-
-    def sessions(self) -> list[dict[str, Any]]:
-        done = self.tripwire("sessions", "--json")
-        assert done.returncode == 0, done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines()]

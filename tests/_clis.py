@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 CLIS_DIR = Path(os.environ.get("TRIPWIRE_CLIS") or Path.home() / ".cache" / "tripwire-clis")
 NPM_INSTALL = f"npm install --prefix {CLIS_DIR} @google/gemini-cli @openai/codex (.ci/run does it)"
@@ -29,7 +30,22 @@ def version(package: str) -> str:
 
 
 class Sandbox:
-    """A temporary HOME (the CLIs' settings and sessions, tripwire's state) and a project."""
+    """A temporary HOME (the CLIs' settings and sessions, tripwire's state) and a project.
+    ``CLEARED``: the prefixes of the environment variables the harnesses read, left out so
+    the machine's own settings do not leak in; ``ENV``: what the sandbox sets."""
+
+    CLEARED: ClassVar[tuple[str, ...]] = (
+        "GEMINI_",
+        "GOOGLE_",
+        "OPENAI_",
+        "CODEX_",
+        "COPILOT_",
+        "GH_",
+        "GITHUB_",
+        "TRIPWIRE_",
+        "XDG_",
+    )
+    ENV: ClassVar[Mapping[str, str]] = {"NO_COLOR": "1"}
 
     def __init__(self, root: Path) -> None:
         self.home = root / "home"
@@ -38,28 +54,12 @@ class Sandbox:
         self.project.mkdir(parents=True)
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if not key.startswith(
-                (
-                    "GEMINI_",
-                    "GOOGLE_",
-                    "OPENAI_",
-                    "CODEX_",
-                    "COPILOT_",
-                    "GH_",
-                    "GITHUB_",
-                    "TRIPWIRE_",
-                    "XDG_",
-                )
-            )
-        }
+        env = {key: value for key, value in os.environ.items() if not key.startswith(self.CLEARED)}
         env.update(
             HOME=str(self.home),
             XDG_CONFIG_HOME=str(self.home / ".config"),
             TRIPWIRE_STATE_DIR=str(self.state),
-            NO_COLOR="1",
+            **self.ENV,
         )
         env.update(extra)
         return env
