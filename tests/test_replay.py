@@ -894,6 +894,64 @@ def test_finished_runs_spill_to_disk(tmp_path: Path, monkeypatch: pytest.MonkeyP
     report.runs.close()
 
 
+def test_a_run_store_takes_over_another_stores_files_in_order(tmp_path: Path) -> None:
+    # What a --jobs worker hands the parent: its runs' files, moved, never read.
+    def run(name: str) -> RunResult:
+        return RunResult(name, "f", None, "events", 1, simulate_module.Counts(steps=1))
+
+    worker = simulate_module.RunStore(spill_after=0, directory=str(tmp_path))
+    for name in ("w1", "w2", "w3"):
+        worker.append(run(name))
+    paths, count = worker.detach()
+    assert count == 3 and paths and all(Path(p).parent == tmp_path for p in paths)
+    assert len(worker) == 0 and list(worker) == []
+    worker.close()  # the files are no longer its to remove
+    assert all(Path(p).exists() for p in paths)
+
+    parent = simulate_module.RunStore()
+    parent.append(run("p1"))
+    parent.adopt(paths, count)
+    parent.append(run("p2"))
+    assert not any(Path(p).exists() for p in paths)  # moved
+    assert [r.run for r in parent] == ["p1", "w1", "w2", "w3", "p2"]
+    assert [r.run for r in parent] == ["p1", "w1", "w2", "w3", "p2"]  # iterable again
+    assert len(parent) == 5 and parent.spilled
+    own = list(parent._files.paths)
+    parent.close()
+    assert not any(Path(p).exists() for p in own)
+
+
+def test_sums_cover_every_field() -> None:
+    # Written out field by field for speed: a field added and not summed would be lost.
+    fields = simulate_module._COUNT_FIELDS
+    counts = simulate_module.Counts(*range(1, len(fields) + 1))
+    summed = simulate_module.Counts()
+    summed.add(counts)
+    assert summed == counts
+    totals = simulate_module.Totals(counts, *range(2, 8), "usage", *range(8, 12))  # type: ignore[arg-type]
+    merged = simulate_module.Totals()
+    merged.merge(totals)
+    assert merged == totals
+    tool = simulate_module.ToolStats(1, 2, 3, 4, 5.5)
+    merged_tool = simulate_module.ToolStats()
+    merged_tool.merge(tool)
+    assert merged_tool == tool
+
+
+def test_run_results_pickle_as_they_were() -> None:
+    import pickle
+
+    counts = simulate_module.Counts(*range(1, len(simulate_module._COUNT_FIELDS) + 1))
+    run = RunResult(
+        "r", "f.jsonl", 3, "events", 2, counts, nudge_step=1, nudge_tool="t", stop_step=4,
+        reason="loop_detected", tool="t", repeats=3, key="k", stop_location="f.jsonl:9",
+        stop_call="t {}", stop_message="m", stop_lead=((1, "allow", "t {}"),),
+        tokens_source="estimated", timeline="aans", model="m1", reward=0.5,
+    )  # fmt: skip
+    back = pickle.loads(pickle.dumps(run, pickle.HIGHEST_PROTOCOL))
+    assert back == run and back.counts == counts and back.steps == 1
+
+
 def test_write_json_is_to_json(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "fleet.jsonl", events_two_runs())
     for paths in ([str(path), str(EXAMPLE)], [str(tmp_path / "missing.jsonl")]):

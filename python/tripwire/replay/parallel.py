@@ -2,14 +2,17 @@
 
 Runs are identified by file and run name (``simulate``), so the runs of one file are
 replayed wholly by one process, independently of every other file's: each file is one
-task. A worker replays its file into a fleet of its own and writes what it found (the
-runs, and the calls with ``--calls-out``) to a private temporary file in pickled chunks; the
-parent takes the files' outcomes back in the order of the files, and adds each run to its
-own fleet as the sequential replay would have finished it, in that order: totals, per-tool
-figures (float sums are order-sensitive) and the lists of runs and problems come out in the
-same order, so the terminal report, ``--json`` and ``--html`` are byte-identical to
-``--jobs 1``. Memory: each process holds one file's open runs (as the sequential replay
-does), and the parent one chunk of results at a time.
+task. A worker replays its file into a fleet of its own, which writes the runs to private
+temporary files in pickled chunks (``RunStore.detach``), and the calls with ``--calls-out``
+to another; it sends back the file's sums (totals and per-tool figures, ``Fleet.file_sums``)
+and those files. The parent takes the files' outcomes back in the order of the files: it adds
+each file's sums as the sequential replay adds a file's (a fleet sums each file's runs apart
+and then the files', so float sums, which depend on their order, come out the same), and
+takes each file's runs over whole (``RunStore.adopt``: the files are moved, not read): totals,
+per-tool figures and the lists of runs and problems come out in the same order, so the
+terminal report, ``--json`` and ``--html`` are byte-identical to ``--jobs 1``. The parent does
+no work per run while the workers replay. Memory: each process holds one file's open runs (as
+the sequential replay does), and the parent one chunk of calls at a time.
 
 Standard input and Arrow streams given from Python are replayed in the parent, one at a time
 (``--jobs`` is ignored for them); so is a single file (it is one task), and input under
@@ -32,13 +35,14 @@ from typing import IO, Any, Final
 
 from tripwire.replay.formats import FileStats, Problem
 from tripwire.replay.simulate import (
-    CHUNK,
     STDIN,
     CallRow,
     Fleet,
     Report,
-    RunResult,
+    RunStore,
     Settings,
+    ToolStats,
+    Totals,
     _expand,
     replay_file,
 )
@@ -52,18 +56,18 @@ MIN_BYTES = 16 << 20
 
 @dataclass(slots=True)
 class Outcome:
-    """What a worker found in one file: figures, the first problems, and the temporary
-    file holding its runs (and calls) in chunks."""
+    """What a worker found in one file: figures, the first problems, the temporary files
+    holding its runs, and the one holding its calls in chunks."""
 
     stats: FileStats
     spill: str
+    runs: tuple[list[str], int]
+    totals: Totals
+    tools: dict[str, ToolStats]
     problems: list[Problem]
     problems_total: int
     without_calls: list[Problem]
     without_calls_total: int
-    # Per tool its nudges, in the order the file first named the tools (a stop makes an
-    # entry too: zero nudges keeps the order).
-    tools: list[tuple[str, int]]
     models: dict[str | None, int]
     split_runs: int
     orphan_results: int
@@ -100,7 +104,7 @@ class _Spill:
 
     def flush(self) -> None:
         if self.calls:
-            pickle.dump(("calls", self.calls), self.file, pickle.HIGHEST_PROTOCOL)
+            pickle.dump(self.calls, self.file, pickle.HIGHEST_PROTOCOL)
             self.calls = []
 
 
@@ -110,45 +114,44 @@ def _work(task: tuple[int, str]) -> Outcome:
     job = _JOB
     assert job is not None
     fd, spill_path = tempfile.mkstemp(suffix=".part", dir=job.directory)
+    # The runs straight to files of their own in the parent's directory (spilled from the
+    # first: the parent takes them over).
+    runs = RunStore(spill_after=0, directory=job.directory)
     try:
         with os.fdopen(fd, "wb") as file:
             spill = _Spill(file)
-            # Runs finish while calls are still coming: chunks of each, in the order made,
-            # so the parent hears of them in the sequential replay's order.
             fleet = Fleet(
-                job.settings, keep_problems=job.keep, on_call=spill.call if job.calls else None
+                job.settings,
+                keep_problems=job.keep,
+                on_call=spill.call if job.calls else None,
+                runs=runs,
             )
             stats = replay_file(fleet, index, path, columns=job.columns)
             spill.flush()
-            runs = fleet.runs
-            chunk: list[RunResult] = []
-            for run in runs:
-                chunk.append(run)
-                if len(chunk) >= CHUNK:
-                    pickle.dump(("runs", chunk), file, pickle.HIGHEST_PROTOCOL)
-                    chunk = []
-            if chunk:
-                pickle.dump(("runs", chunk), file, pickle.HIGHEST_PROTOCOL)
-            runs.close()
+            totals, tools = fleet.file_sums()
+            detached = runs.detach()
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(spill_path)
+        runs.close()
         raise
     return Outcome(
         stats=stats,
         spill=spill_path,
+        runs=detached,
+        totals=totals,
+        tools=tools,
         problems=fleet.problems,
         problems_total=fleet.problems_total,
         without_calls=fleet.without_calls,
         without_calls_total=fleet.without_calls_total,
-        tools=[(name, stats_.nudges) for name, stats_ in fleet.tools.items()],
         models=fleet.models,
         split_runs=fleet.split_runs,
         orphan_results=fleet.orphan_results,
     )
 
 
-def _chunks(path: str) -> Iterator[tuple[str, list[Any]]]:
+def _chunks(path: str) -> Iterator[list[Any]]:
     try:
         with open(path, "rb") as file:
             while True:
@@ -169,18 +172,14 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
     for where in outcome.without_calls:
         fleet.nothing_to_replay(where)
     fleet.without_calls_total += outcome.without_calls_total - len(outcome.without_calls)
-    for name, nudges in outcome.tools:
-        fleet.tool(name).nudges += nudges
     for model, count in outcome.models.items():
         fleet.models[model] = fleet.models.get(model, 0) + count
     fleet.split_runs += outcome.split_runs
     fleet.orphan_results += outcome.orphan_results
+    fleet.add_file(outcome.totals, outcome.tools, outcome.runs)
     sink = fleet.on_call
-    for kind, items in _chunks(outcome.spill):
-        if kind == "runs":
-            for run in items:
-                fleet.add_result(run)
-        elif sink is not None:
+    for items in _chunks(outcome.spill):
+        if sink is not None:
             for row in items:
                 sink(row)
 

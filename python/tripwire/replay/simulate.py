@@ -65,8 +65,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import operator
 import os
 import pickle
+import shutil
 import tempfile
 import weakref
 from collections import OrderedDict, deque
@@ -173,8 +175,30 @@ class Counts:
     results_unlinked: int = 0
 
     def add(self, other: Counts) -> None:
-        for name in _COUNT_FIELDS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        # Field by field, written out: a loop of getattr/setattr costs 3 µs a run, which a
+        # fleet of a million runs (and the parent of ``--jobs``) pays for every run.
+        self.steps += other.steps
+        self.steps_saved += other.steps_saved
+        self.turns += other.turns
+        self.turns_saved += other.turns_saved
+        self.nudges += other.nudges
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cached_tokens += other.cached_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.input_tokens_saved += other.input_tokens_saved
+        self.output_tokens_saved += other.output_tokens_saved
+        self.cost += other.cost
+        self.cost_guarded += other.cost_guarded
+        self.invalid_arguments += other.invalid_arguments
+        self.skipped_calls += other.skipped_calls
+        self.results += other.results
+        self.results_unlinked += other.results_unlinked
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A flat tuple: the dataclass's own pickling (``fields()`` on every object) made
+        # spilling and ``--jobs``' hand-over of runs the replay's biggest Python cost.
+        return (Counts, _count_values(self))
 
     @property
     def cost_saved(self) -> float:
@@ -186,6 +210,7 @@ class Counts:
 
 
 _COUNT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Counts))
+_count_values: Final = operator.attrgetter(*_COUNT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +249,10 @@ class RunResult:
     model: str | None = None
     reward: float | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A flat tuple, as ``Counts``' (see there).
+        return (RunResult, _run_values(self))
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for names that are not fields: the counts'. ("counts" itself is
         # missing only while pickle restores the object: no recursion then.)
@@ -248,6 +277,9 @@ class RunResult:
         return self.reason == "no_progress"
 
 
+_run_values: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(RunResult)))
+
+
 @dataclass(slots=True)
 class ToolStats:
     """One tool across the fleet: how often the guard stopped or nudged a run on it (``stops``
@@ -258,6 +290,13 @@ class ToolStats:
     nudges: int = 0
     steps_saved: int = 0
     cost_saved: float = 0.0
+
+    def merge(self, other: ToolStats) -> None:
+        self.stops += other.stops
+        self.no_progress += other.no_progress
+        self.nudges += other.nudges
+        self.steps_saved += other.steps_saved
+        self.cost_saved += other.cost_saved
 
 
 class _Run:
@@ -395,50 +434,96 @@ class Totals:
             self.stopped_labelled += run.stopped
             self.stopped_succeeded += run.stopped and run.reward > 0
 
+    def merge(self, other: Totals) -> None:
+        """Another's totals (a file's) added to these."""
+        self.counts.add(other.counts)
+        self.runs += other.runs
+        self.stopped += other.stopped
+        self.looped += other.looped
+        self.no_progress += other.no_progress
+        self.nudged += other.nudged
+        self.nudged_only += other.nudged_only
+        self.tokens_source = combine(self.tokens_source, other.tokens_source)
+        self.labelled += other.labelled
+        self.succeeded += other.succeeded
+        self.stopped_labelled += other.stopped_labelled
+        self.stopped_succeeded += other.stopped_succeeded
+
 
 class RunStore:
     """The replayed runs, in the order they finished, in bounded memory: the first
-    ``SPILL_AFTER`` are kept in a list; past that, all go to a private temporary file in
-    pickled chunks of ``CHUNK`` and are read back for each iteration. Iterable any number of
-    times; ``close()`` (or garbage collection) removes the file."""
+    ``SPILL_AFTER`` are kept in a list; past that, all go to private temporary files
+    (segments) in pickled chunks of ``CHUNK`` and are read back for each iteration. A
+    segment another process wrote (a ``--jobs`` worker's runs, ``detach``) is taken over
+    whole by ``adopt``: moved, not read. Iterable any number of times; ``close()`` (or
+    garbage collection) removes the files."""
 
-    def __init__(self, spill_after: int | None = None) -> None:
+    def __init__(self, spill_after: int | None = None, directory: str | None = None) -> None:
         self._spill_after = SPILL_AFTER if spill_after is None else spill_after
+        self._directory = directory
         self._memory: list[RunResult] = []
-        self._path: str | None = None
-        self._file: IO[bytes] | None = None
+        # The segments in order, and the last one's file while it is being written.
+        self._files = _Segments()
         self._count = 0
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._finalizer = weakref.finalize(self, self._files.remove)
 
     def append(self, run: RunResult) -> None:
         self._memory.append(run)
         self._count += 1
-        if self._file is None:
+        if self._files.writing is None:
             if len(self._memory) > self._spill_after:
-                fd, self._path = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".runs")
-                self._file = os.fdopen(fd, "wb")
-                self._finalizer = weakref.finalize(self, _remove, self._file, self._path)
                 self._spill()
         elif len(self._memory) >= CHUNK:
             self._spill()
 
     def _spill(self) -> None:
-        assert self._file is not None
+        file = self._files.writing
+        if file is None:
+            fd, path = tempfile.mkstemp(
+                prefix="tripwire-replay-", suffix=".runs", dir=self._directory
+            )
+            self._files.paths.append(path)
+            file = self._files.writing = os.fdopen(fd, "wb")
         for start in range(0, len(self._memory), CHUNK):
-            pickle.dump(self._memory[start : start + CHUNK], self._file, pickle.HIGHEST_PROTOCOL)
+            pickle.dump(self._memory[start : start + CHUNK], file, pickle.HIGHEST_PROTOCOL)
         self._memory = []
+
+    def detach(self) -> tuple[list[str], int]:
+        """The runs as segment files for another process to ``adopt`` (everything is
+        written out first), and how many runs they hold; this store is empty after."""
+        if self._memory:
+            self._spill()
+        self._files.close_writing()
+        paths, count = self._files.paths, self._count
+        self._files.paths = []
+        self._count = 0
+        return paths, count
+
+    def adopt(self, paths: list[str], count: int) -> None:
+        """Segments ``detach`` made (in another process), after the runs already here:
+        moved into this store's own temporary files, never read."""
+        if self._memory:
+            self._spill()
+        self._files.close_writing()
+        for path in paths:
+            fd, own = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".runs")
+            os.close(fd)
+            self._files.paths.append(own)
+            shutil.move(path, own)
+        self._count += count
 
     @property
     def spilled(self) -> bool:
-        return self._file is not None
+        return bool(self._files.paths)
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[RunResult]:
-        if self._file is not None and self._path is not None:
-            self._file.flush()
-            with open(self._path, "rb") as spilled:
+        if self._files.writing is not None:
+            self._files.writing.flush()
+        for path in list(self._files.paths):
+            with open(path, "rb") as spilled:
                 while True:
                     try:
                         chunk: list[RunResult] = pickle.load(spilled)
@@ -448,14 +533,29 @@ class RunStore:
         yield from list(self._memory)
 
     def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
+        self._finalizer()
 
 
-def _remove(file: IO[bytes], path: str) -> None:
-    file.close()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+class _Segments:
+    """A ``RunStore``'s files (kept apart from it, for its finalizer)."""
+
+    __slots__ = ("paths", "writing")
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.writing: IO[bytes] | None = None
+
+    def close_writing(self) -> None:
+        if self.writing is not None:
+            self.writing.close()
+            self.writing = None
+
+    def remove(self) -> None:
+        self.close_writing()
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.paths = []
 
 
 @dataclass(slots=True)
@@ -516,6 +616,7 @@ class Fleet:
         keep_problems: int = 1000,
         on_problem: Callable[[Problem], None] | None = None,
         on_call: CallSink | None = None,
+        runs: RunStore | None = None,
     ) -> None:
         self.settings = settings
         self.on_call = on_call
@@ -526,11 +627,18 @@ class Fleet:
         # Runs finished early, to number their parts should they come back; the oldest are
         # forgotten past MAX_EVICTED (one coming back after that is reported as a new run).
         self._evicted: OrderedDict[tuple[int, str], int] = OrderedDict()
-        self._runs = RunStore()
-        self._totals = Totals()
+        self._runs = RunStore() if runs is None else runs
         self._files: dict[int, FileStats] = {}
         self._started = 0
+        # The fleet's totals and tools, and those of the file being replayed: a file's runs
+        # are summed apart, then the file's sums into the fleet's (``_fold``), so that a file
+        # replayed in another process (``--jobs``) adds exactly what it would have added
+        # here: float sums depend on their order.
+        self._totals = Totals()
         self.tools: dict[str, ToolStats] = {}
+        self._file_index: int | None = None
+        self._file_totals = Totals()
+        self._file_tools: dict[str, ToolStats] = {}
         # Model calls per model named in the traces (None: not named), for the price note.
         self.models: dict[str | None, int] = {}
         self.problems: list[Problem] = []
@@ -562,6 +670,7 @@ class Fleet:
     def feed(self, file_index: int, stats: FileStats, events: Iterable[Event]) -> None:
         """Replays one file's events; its runs are finished when they end or the file does."""
         self._files[file_index] = stats
+        self._enter_file(file_index)
         path = stats.path
         open_runs = self._open
         formats = stats.formats
@@ -596,8 +705,43 @@ class Fleet:
         self.close_file(file_index)
 
     def register_file(self, file_index: int, stats: FileStats) -> None:
-        """A file replayed elsewhere (``tripwire.replay.parallel``): its figures."""
+        """A file replayed elsewhere (``tripwire.replay.parallel``, ``arrow_core``): its
+        figures."""
         self._files[file_index] = stats
+        self._enter_file(file_index)
+
+    def _enter_file(self, file_index: int) -> None:
+        if file_index != self._file_index:
+            self._fold()
+            self._file_index = file_index
+
+    def _fold(self) -> None:
+        """The file's sums into the fleet's."""
+        if self._file_totals.runs or self._file_tools:
+            self._totals.merge(self._file_totals)
+            for name, stats in self._file_tools.items():
+                tool = self.tools.get(name)
+                if tool is None:
+                    tool = self.tools[name] = ToolStats()
+                tool.merge(stats)
+            self._file_totals = Totals()
+            self._file_tools = {}
+
+    def file_sums(self) -> tuple[Totals, dict[str, ToolStats]]:
+        """The totals and tools of every file replayed so far (a ``--jobs`` worker's file,
+        for ``add_file``)."""
+        self._fold()
+        return self._totals, self.tools
+
+    def add_file(
+        self, totals: Totals, tools: dict[str, ToolStats], runs: tuple[list[str], int]
+    ) -> None:
+        """A file replayed in another process (``tripwire.replay.parallel``), after
+        ``register_file``: its sums (``file_sums``) and its runs (``RunStore.detach``)."""
+        self._file_totals.merge(totals)
+        for name, stats in tools.items():
+            self._tool(name).merge(stats)
+        self._runs.adopt(*runs)
 
     def close_file(self, file_index: int) -> None:
         # Runs still open are finished in the order they started.
@@ -642,7 +786,7 @@ class Fleet:
         """A finished run into the fleet's results, totals and tools (a run replayed in
         another process too: ``tripwire.replay.parallel``)."""
         self._runs.append(result)
-        self._totals.add(result)
+        self._file_totals.add(result)
         if result.stop_step is not None and result.tool is not None:
             tool = self._tool(result.tool)
             tool.stops += 1
@@ -651,7 +795,8 @@ class Fleet:
             tool.cost_saved += result.counts.cost_saved
 
     def tool(self, name: str) -> ToolStats:
-        """A tool's figures, made when first needed (in the order tools first come)."""
+        """A tool's figures in the file being replayed, made when first needed (in the order
+        tools first come); the fleet's are ``tools``, complete in the report."""
         return self._tool(name)
 
     @property
@@ -659,9 +804,9 @@ class Fleet:
         return self._runs
 
     def _tool(self, name: str) -> ToolStats:
-        stats = self.tools.get(name)
+        stats = self._file_tools.get(name)
         if stats is None:
-            stats = self.tools[name] = ToolStats()
+            stats = self._file_tools[name] = ToolStats()
         return stats
 
     # -- one turn ---------------------------------------------------------------------------
@@ -917,6 +1062,7 @@ class Fleet:
     def report(self, files: list[FileStats]) -> Report:
         for key in sorted(self._open, key=lambda k: self._open[k].seq):
             self._finish(self._open.pop(key))
+        self._fold()
         self._totals.counts.results_unlinked += self.orphan_results
         self.orphan_results = 0
         unnamed = self._totals.counts.turns - sum(self.models.values())
