@@ -17,9 +17,10 @@ Each layout gets the same calls:
   runs by ``gen_ai.conversation.id``;
 * ``openinference``: Phoenix span JSON, one TOOL span a line, runs by ``session.id``.
 
-Then it prints, side by side: JSONL replay MB/s and calls/s on one core, Parquet replay
-calls/s on one core, ``--jobs 2`` against ``--jobs 1`` (the fleet in ``SHARDS`` files, as trace
-stores shard it; with what two spinning processes get, as the cores are shared), and the
+Then it prints, side by side: JSONL replay MB/s and calls/s on one core (the native core and
+the per-call path), Parquet replay calls/s on one core, ``--jobs 2`` against ``--jobs 1``
+(the fleet in ``SHARDS`` files, as trace stores shard it; with what two spinning processes
+get, as the cores are shared), and the
 peak memory (``VmHWM`` of the replaying process) for two fifths of the fleet and for all of
 it, in one file: flat, bounded by the largest run and the results kept in memory
 (``simulate.SPILL_AFTER`` runs; the rest spill to a temporary file), not by the dataset.
@@ -262,7 +263,8 @@ class Replayed(NamedTuple):
 def _replay(paths: list[Path], jobs: int, core: str = "native") -> Replayed:
     """``tripwire replay --jobs N`` in a fresh process: wall seconds (start-up included),
     CPU seconds of the replay and its report, peak RSS (KiB) of the replaying process, and
-    the summary. ``core``: ``python`` turns the native table core off (``arrow_core``)."""
+    the summary. ``core``: ``python`` turns the native cores off (``arrow_core``,
+    ``events_core``)."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(jobs), *map(str, paths)],
@@ -409,14 +411,15 @@ def main() -> None:
         jsonl = _replay(one["jsonl"], 1)
         parquet = _replay(one["parquet"], 1)
         per_call = _replay(one["parquet"], 1, core="python")
+        jsonl_per_call = _replay(one["jsonl"], 1, core="python")
         part_jsonl = _replay(part["jsonl"], 1)
         part_parquet = _replay(part["parquet"], 1)
         jsonl1, jsonl2 = _replay(sharded["jsonl"], 1), _replay(sharded["jsonl"], 2)
         parquet1, parquet2 = _replay(sharded["parquet"], 1), _replay(sharded["parquet"], 2)
         otlp = _replay(spans["otlp"], 1)
         oi = _replay(spans["openinference"], 1)
-        same = [r.summary for r in (jsonl, parquet, per_call, jsonl1, jsonl2, parquet1, parquet2,
-                                    otlp, oi)]  # fmt: skip
+        same = [r.summary for r in (jsonl, parquet, per_call, jsonl_per_call, jsonl1, jsonl2,
+                                    parquet1, parquet2, otlp, oi)]  # fmt: skip
         assert all(found == same[0] for found in same), same
         calls = args.calls
         summary = jsonl.summary
@@ -426,7 +429,8 @@ def main() -> None:
         )
         print("a core: calls / CPU seconds of the replay (start-up left out); wall: the command")
         print(f"{'':40}{'wall s':>8}{'MB/s':>9}{'calls/s':>11}{'a core':>11}   target")
-        _row("JSONL (events), per call in Python", jsonl, calls, size, "200 MB/s a core")
+        _row("JSONL (events), native core", jsonl, calls, size, "200 MB/s a core")
+        _row("JSONL (events), per call in Python", jsonl_per_call, calls, size, "")
         _row("Parquet, native core", parquet, calls, None, "2,000,000 calls/s a core")
         _row("Parquet, per call in Python", per_call, calls, None, "")
         _row("OTLP spans", otlp, calls, None, "")
