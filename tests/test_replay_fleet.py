@@ -282,6 +282,31 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return absorbed
 
 
+def test_small_input_is_replayed_without_workers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Starting the workers costs more than a few files are worth; a Parquet file counts
+    # what it decodes to, so the same fleet is as big in either layout.
+    from tripwire.replay import parallel
+
+    absorbed: list[str] = []
+    absorb = parallel._absorb
+    monkeypatch.setattr(
+        parallel, "_absorb", lambda f, o: (absorbed.append(o.stats.path), absorb(f, o))
+    )
+    written = fleet_generator().write(tmp_path, 3000, shards=3, layouts=("jsonl", "parquet"))
+    for layout in ("jsonl", "parquet"):
+        paths = [str(p) for p in written[layout]]
+        assert parallel._size(paths) < parallel.MIN_BYTES
+        cli(["replay", "--jobs", "2", *paths], capsys)
+        assert absorbed == []
+    jsonl, parquet = (parallel._size(map(str, written[k])) for k in ("jsonl", "parquet"))
+    assert 0.5 < parquet / jsonl < 1.5  # both as text
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    cli(["replay", "--jobs", "2", *map(str, written["parquet"])], capsys)
+    assert len(absorbed) == 3
+
+
 def test_jobs_output_is_byte_identical(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: list[str]
 ) -> None:

@@ -185,11 +185,29 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
 
 
 def _size(paths: Iterable[str]) -> int:
+    """The input's size as text: a Parquet file counts what its columns decode to (its
+    metadata says; compressed, it is a twentieth of that), any other file its bytes."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):
-            total += os.path.getsize(path)
+            total += _parquet_size(path) or os.path.getsize(path)
     return total
+
+
+def _parquet_size(path: str) -> int | None:
+    """A Parquet file's decoded size from its footer; ``None`` for another file (or one the
+    replay will report: it is read in a worker all the same)."""
+    with open(path, "rb") as file:
+        if file.read(4) != b"PAR1":
+            return None
+    try:
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_metadata(path)
+        groups = range(metadata.num_row_groups)
+        return sum(int(metadata.row_group(group).total_byte_size) for group in groups)
+    except (ImportError, OSError, ValueError):  # no pyarrow, a bad footer: the replay says
+        return None
 
 
 class _Expansion:
@@ -225,7 +243,11 @@ def replay(
         for index, path in enumerate(item for kind, item in expansion.items if kind == "file")
     ]
     files: list[FileStats] = []
-    parallel = len(tasks) > 1 and all(isinstance(path, str) and path != STDIN for _, path in tasks)
+    parallel = (
+        len(tasks) > 1
+        and all(isinstance(path, str) and path != STDIN for _, path in tasks)
+        and _size(path for _, path in tasks) >= MIN_BYTES
+    )
     directory: str | None = None
     if not parallel:
         outcomes: Iterator[Outcome] | None = None
