@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tripwire
 from tripwire.cli import main
-from tripwire.replay import cluster
+from tripwire.replay import arrow_core, cluster
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -47,9 +48,11 @@ def local_ray() -> Iterator[None]:
         ray.shutdown()
 
 
-def _shard(path: Path, shard: int) -> None:
+def _shard(path: Path, shard: int, *, native: bool = False) -> None:
     """A day of runs (the same names every day): some stuck on a call, one with parallel
-    calls, some with an outcome, one with a usage figure; each run's rows together."""
+    calls, some with an outcome, one with a usage figure; each run's rows together.
+    ``native``: without the ``turn`` and ``usage`` columns, which the native core leaves
+    to the per-call path (``arrow_core``)."""
     rows: dict[str, list[Any]] = {
         k: [] for k in ("run", "step", "tool", "arguments", "result", "turn", "label", "usage")
     }
@@ -78,21 +81,50 @@ def _shard(path: Path, shard: int) -> None:
                 usage = json.dumps({"input_tokens": 900, "output_tokens": 40})
                 extra = {"usage": usage} if index == 5 else {}
                 call(run, step, "search", {"q": f"{run}-{step}"}, {"n": step}, label=label, **extra)
-    pq.write_table(pa.table(rows), path, row_group_size=97)
+    calls = pa.table(rows)
+    if native:
+        calls = calls.drop_columns(["turn", "usage"])
+    pq.write_table(calls, path, row_group_size=97)
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Any]:
-    """Three shards, and what ``tripwire replay --out`` makes of them in one process."""
-    root = tmp_path_factory.mktemp("shards")
+def _fleet(root: Path, *, native: bool) -> tuple[list[str], Any]:
     paths = []
     for shard in range(3):
         path = root / f"day-{shard}.parquet"
-        _shard(path, shard)
+        _shard(path, shard, native=native)
         paths.append(str(path))
     out = root / "single.parquet"
     assert main(["replay", "--jobs", "1", "--out", str(out), *paths]) == 0
     return paths, pq.read_table(out)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Any]:
+    """Three shards with turns and usage (replayed call by call), and what ``tripwire
+    replay --out`` makes of them in one process."""
+    return _fleet(tmp_path_factory.mktemp("shards"), native=False)
+
+
+@pytest.fixture(scope="module")
+def native_fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Any]:
+    """The same without ``turn`` and ``usage``: what the native core replays."""
+    return _fleet(tmp_path_factory.mktemp("native-shards"), native=True)
+
+
+@pytest.fixture
+def native_replays(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The stretches ``replay_calls`` gave the native core (in this process), by source."""
+    taken: list[str] = []
+    real = arrow_core.replay_stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        stats = real(*args, **kwargs)
+        if stats is not None:
+            taken.append(stats.path)
+        return stats
+
+    monkeypatch.setattr(arrow_core, "replay_stream", spy)
+    return taken
 
 
 def _collect(dataset: Any) -> Any:
@@ -102,8 +134,11 @@ def _collect(dataset: Any) -> Any:
 @needs_ray
 @pytest.mark.usefixtures("local_ray")
 @pytest.mark.parametrize("how", ["blocks", "groupby"])
-def test_ray_gives_the_single_process_rows(fleet: tuple[list[str], Any], how: str) -> None:
-    paths, single = fleet
+@pytest.mark.parametrize("calls", ["fleet", "native_fleet"])
+def test_ray_gives_the_single_process_rows(
+    request: pytest.FixtureRequest, calls: str, how: str
+) -> None:
+    paths, single = request.getfixturevalue(calls)
     stopped = single.filter(single.column("stopped")).num_rows
     assert 20 < stopped < single.num_rows  # a fleet with loops and healthy runs
     # Small blocks: many per file, each cut between runs, stops far into their files.
@@ -169,3 +204,61 @@ def test_a_batch_of_several_sources_is_each_file(fleet: tuple[list[str], Any]) -
     assert set(together.column("stop_location").to_pylist()) <= set(
         expected.column("stop_location").to_pylist()
     )
+
+
+needs_native = pytest.mark.skipif(
+    tripwire.IMPLEMENTATION != "native", reason="the Arrow core is part of the native build"
+)
+
+
+@needs_native
+def test_replay_calls_takes_the_native_core(
+    native_fleet: tuple[list[str], Any], native_replays: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Blocks the native core can read are replayed by it, to the rows the per-call path
+    gives them (``TRIPWIRE_REPLAY_CORE=python``) and ``tripwire replay --out`` gives."""
+    paths, single = native_fleet
+    blocks = [block for path in paths for block in cluster.read_file_blocks(path, block_rows=50)]
+    native = pa.concat_tables([cluster.replay_calls(block) for block in blocks])
+    assert native_replays == [str(block.column(cluster.SOURCE)[0]) for block in blocks]
+    monkeypatch.setenv("TRIPWIRE_REPLAY_CORE", "python")
+    native_replays.clear()
+    per_call = pa.concat_tables([cluster.replay_calls(block) for block in blocks])
+    assert native_replays == []
+    assert native.equals(per_call)
+    assert native.sort_by(KEYS).equals(single.sort_by(KEYS))
+
+
+@needs_native
+def test_replay_calls_leaves_what_the_core_cannot_read_to_the_per_call_path(
+    fleet: tuple[list[str], Any], native_replays: list[str]
+) -> None:
+    """``turn`` and ``usage`` columns: the per-call path replays them, to ``--out``'s rows."""
+    paths, single = fleet
+    blocks = [block for path in paths for block in cluster.read_file_blocks(path, block_rows=50)]
+    got = pa.concat_tables([cluster.replay_calls(block) for block in blocks])
+    assert native_replays == []
+    assert got.sort_by(KEYS).equals(single.sort_by(KEYS))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        ["a", "a", None, None, "b", "b", "a", None],
+        [3, 3, 1, None, 1],
+        [[1], [1], [2], None, None],  # compared in Python: Arrow has no list equality
+        [None],
+        [],
+    ],
+)
+def test_runs_begin_where_python_says_they_do(values: list[Any]) -> None:
+    expected = [index == 0 or values[index] != values[index - 1] for index in range(len(values))]
+    assert cluster._run_starts(pa.array(values)).to_pylist() == expected
+    chunked = pa.chunked_array(
+        [pa.array(values[:2]), pa.array(values[2:])], type=pa.array(values).type
+    )
+    assert cluster._run_starts(chunked).to_pylist() == expected
+    if values and not isinstance(values[0], list):
+        encoded = pa.array(values).dictionary_encode()
+        assert cluster._run_starts(encoded).to_pylist() == expected

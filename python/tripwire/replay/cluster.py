@@ -29,6 +29,21 @@ block that does not hold whole runs is refused with a clear error rather than re
 ``how="groupby"`` is there for a dataset not partitioned by run (rows of a run scattered across
 files or blocks), at the price of the shuffle.
 
+A block's runs are replayed by the native core (``arrow_core.replay_stream``, the Rust
+``TableReplay`` that ``tripwire replay`` takes for a Parquet file: ~500k calls/s a core, the
+strings read where Arrow keeps them) where it applies, else call by call (``turn`` or
+``usage`` columns, the reference build, ``TRIPWIRE_REPLAY_CORE=python``): the same rows
+either way. With the replay that fast, the rest of a task had to be too: run and source
+boundaries are found by comparing neighbours in ``pyarrow.compute``, not in Python lists
+(``_run_starts``). On one Ray worker a 125,000-call file takes ~0.25 s (Parquet decoding
+and tagging ~0.03 s, the replay ~0.2 s, Ray's gap between tasks ~0.03 s); what does not
+scale is Ray Data's start of each dataset: its resource reservation learns the cluster's
+size from its autoscaling coordinator, asynchronously, and holds the first (empty) answer
+for a second, so a dataset's first second runs one task at a time (Ray 2.60). Long replays
+do not notice; for a short one ``DataContext.op_resource_reservation_enabled = False`` runs
+tasks on every CPU from the start (``docs/cluster.md``). The library leaves Ray's defaults
+as they are.
+
 Rows of a source (``SOURCE``: a file, or a dataset) are replayed as that source's file, keyed
 by (source, run) as ``tripwire replay`` keys them. Bad rows are skipped as ``tripwire replay``
 skips them (the runs' figures say what was replayed); the problems themselves are not part of
@@ -43,7 +58,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
-from tripwire.replay import export
+from tripwire.replay import arrow_core, export
 from tripwire.replay.formats import FileStats, Reader, table
 from tripwire.replay.simulate import Fleet, RunResult, Settings
 
@@ -130,22 +145,38 @@ def replay_calls(
 def _replay_stretch(
     source: str, stretch: Any, settings: Settings, columns: Mapping[str, str] | None
 ) -> list[RunResult]:
-    """One source's rows, replayed as its file (one fleet each: the table reader numbers a
-    stretch's rows from 1, which ``ROW`` turns into the file's numbers)."""
+    """One source's rows, replayed as its file (one fleet each: the readers number a
+    stretch's rows from 1, which ``ROW`` turns into the file's numbers): by the native core
+    where it applies (``arrow_core``, as ``tripwire replay`` takes it for a Parquet file),
+    else call by call."""
     names = stretch.column_names
     fleet = Fleet(settings)
-    stats = FileStats(source)
-    reader = Reader(source, stats, results=settings.observe, columns=columns)
     calls = stretch.drop_columns([name for name in OURS if name in names])
-    fleet.feed(0, stats, table.read_batches(reader, calls.to_batches(), calls.schema))
+    stats = _replay_native(fleet, source, calls, columns)
+    if stats is None:
+        stats = FileStats(source)
+        reader = Reader(source, stats, results=settings.observe, columns=columns)
+        fleet.feed(0, stats, table.read_batches(reader, calls.to_batches(), calls.schema))
     report = fleet.report([stats])
     try:
         if ROW not in names:
             return list(report.runs)
-        rows = stretch.column(ROW).to_pylist()
+        rows = stretch.column(ROW)
         return [_located(run, rows) for run in report.runs]
     finally:
         report.runs.close()
+
+
+def _replay_native(
+    fleet: Fleet, source: str, calls: Any, columns: Mapping[str, str] | None
+) -> FileStats | None:
+    """The calls replayed by the native core into ``fleet``, labelled ``source``; ``None``
+    where the per-call path must replay them (the table, unlike a stream, can be read
+    again)."""
+    try:
+        return arrow_core.replay_stream(fleet, 0, calls, source, columns)
+    except arrow_core._Fallback:
+        return None
 
 
 def _stretches(data: Any) -> Iterator[tuple[str, Any]]:
@@ -153,16 +184,17 @@ def _stretches(data: Any) -> Iterator[tuple[str, Any]]:
     if SOURCE not in data.column_names:
         yield UNNAMED, data
         return
-    sources = data.column(SOURCE).to_pylist()
-    start = 0
-    for index in range(1, len(sources) + 1):
-        if index == len(sources) or sources[index] != sources[start]:
-            yield str(sources[start]), data.slice(start, index - start)
-            start = index
+    import pyarrow.compute as pc
+
+    sources = data.column(SOURCE)
+    starts = pc.indices_nonzero(_run_starts(sources)).to_pylist()
+    for start, end in zip(starts, [*starts[1:], data.num_rows], strict=True):
+        yield str(sources[start].as_py()), data.slice(start, end - start)
 
 
-def _located(run: RunResult, rows: list[int]) -> RunResult:
-    """The run, its stop's ``row N`` (of the stretch) made the row of its file."""
+def _located(run: RunResult, rows: Any) -> RunResult:
+    """The run, its stop's ``row N`` (of the stretch) made the row of its file (``rows``:
+    the stretch's ``ROW`` column)."""
     where = run.stop_location
     found = _STOP_ROW.search(where) if where is not None else None
     if where is None or found is None or not where.startswith(run.file):
@@ -170,7 +202,8 @@ def _located(run: RunResult, rows: list[int]) -> RunResult:
     index = int(found.group(1)) - 1
     if not 0 <= index < len(rows):
         return run
-    return dataclasses.replace(run, stop_location=f"{where[: found.start()]} (row {rows[index]})")
+    row = rows[index].as_py()
+    return dataclasses.replace(run, stop_location=f"{where[: found.start()]} (row {row})")
 
 
 # -- Ray Data ------------------------------------------------------------------------------------
@@ -236,6 +269,7 @@ def read_file_blocks(
     (see ``read_calls``). A run is a stretch of rows with the same ``run``; memory holds a
     block and the run that goes on past it."""
     pa = _pyarrow()
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path, filesystem=filesystem)
@@ -260,40 +294,63 @@ def read_file_blocks(
         if held_rows < block_rows:
             continue
         data = pa.Table.from_batches(held)
-        cut = _last_run_start(data.column(run).to_pylist())
+        starts = _run_starts(data.column(run))
+        cut = pc.indices_nonzero(starts)[-1].as_py()  # the last run's first row
         if cut == 0:
             continue  # one run throughout, and it goes on
-        yield _tagged(pa, data.slice(0, cut), path, first_row, run)
+        yield _tagged(pa, data.slice(0, cut), path, first_row, starts.slice(0, cut))
         first_row += cut
         rest = data.slice(cut)
         held, held_rows = rest.to_batches(), rest.num_rows
     if held:
-        yield _tagged(pa, pa.Table.from_batches(held), path, first_row, run)
+        data = pa.Table.from_batches(held)
+        starts = _run_starts(data.column(run)) if run in data.column_names else None
+        yield _tagged(pa, data, path, first_row, starts)
 
 
-def _last_run_start(runs: list[Any]) -> int:
-    """The index of the first row of the last run (0: one run throughout)."""
-    index = len(runs) - 1
-    while index > 0 and runs[index - 1] == runs[-1]:
-        index -= 1
-    return index
+def _run_starts(values: Any) -> Any:
+    """Whether each value begins a run of equal values (the first does; null equals null,
+    and only null): a pyarrow ``BooleanArray``. Compared in Arrow, as these are a file's
+    whole columns; values Arrow cannot compare (lists, structs) are compared in Python."""
+    pa = _pyarrow()
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    count = len(values)
+    if count == 0:
+        return pa.array([], type=pa.bool_())
+    this, before = values.slice(1), values.slice(0, count - 1)
+    try:
+        changed = pc.not_equal(this, before)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        listed = values.to_pylist()
+        changed = pa.array([listed[i] != listed[i - 1] for i in range(1, count)], pa.bool_())
+    if changed.null_count:
+        # A null against a value: a new run; two nulls: the same.
+        changed = pc.if_else(changed.is_valid(), changed, pc.xor(this.is_null(), before.is_null()))
+    return pa.concat_arrays([pa.array([True]), changed])
 
 
-def _tagged(pa: Any, data: Any, path: str, first_row: int, run: str | None) -> Any:
-    """The calls with ``SOURCE``, ``ROW``, ``FIRST`` and ``LAST`` added. ``data`` holds whole
-    runs: ``read_file_blocks`` cuts only between runs, or at the end of the file."""
+def _tagged(pa: Any, data: Any, path: str, first_row: int, starts: Any) -> Any:
+    """The calls with ``SOURCE``, ``ROW``, ``FIRST`` and ``LAST`` added; ``starts``: which
+    rows begin a run (``_run_starts``; ``None``: every row). ``data`` holds whole runs:
+    ``read_file_blocks`` cuts only between runs, or at the end of the file, so a row is its
+    run's last where the next row begins one, and the last row is."""
+    import pyarrow.compute as pc
+
     count = data.num_rows
-    if run is None:
-        first = last = [True] * count
-    else:
-        values = data.column(run).to_pylist()
-        first = [i == 0 or values[i] != values[i - 1] for i in range(count)]
-        last = [i == count - 1 or values[i] != values[i + 1] for i in range(count)]
+    if starts is None:
+        starts = pa.repeat(True, count)
+    ends = pa.concat_arrays([starts.slice(1), pa.array([True] if count else [], pa.bool_())])
+    ones = pa.repeat(pa.scalar(1, pa.int64()), count)
     return (
-        data.append_column(SOURCE, pa.array([path] * count, type=pa.string()))
-        .append_column(ROW, pa.array(range(first_row, first_row + count), type=pa.int64()))
-        .append_column(FIRST, pa.array(first, type=pa.bool_()))
-        .append_column(LAST, pa.array(last, type=pa.bool_()))
+        data.append_column(SOURCE, pa.repeat(pa.scalar(path, pa.string()), count))
+        .append_column(ROW, pc.add(pc.cumulative_sum(ones), first_row - 1))
+        .append_column(FIRST, starts)
+        .append_column(LAST, ends)
     )
 
 
