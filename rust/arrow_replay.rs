@@ -347,7 +347,8 @@ pub struct TableReplay {
     prices: crate::guard::NameMap<Prices>,
     unnamed_price: Option<Prices>,
     tools: crate::guard::NameMap<Arc<str>>,
-    last_tool: Option<(Box<[u8]>, Spec, Arc<str>)>,
+    /// Its name's buffer is reused: the tool changes on most calls of some fleets.
+    last_tool: Option<(Vec<u8>, Spec, Arc<str>)>,
     open: Option<Box<Open>>,
     pub row: u64,
     pub turns: u64,
@@ -386,16 +387,33 @@ fn tokens(n: u64) -> u64 {
 /// envelope rather than a tool's value (the reference's `unwrap` reads `type`, `role`,
 /// `content`, `tool_use_id` and `tool_call_id`): any of those names quoted anywhere in it, or
 /// a `\\u` escape that could spell one. Conservative: such results go to the reference.
+/// One pass over the text, from quote to quote and backslash to backslash (a search for
+/// each name was a pass each, over results that are often long).
 fn may_be_envelope(text: &str) -> bool {
-    const NAMES: [&str; 6] = [
-        "\"type\"",
-        "\"role\"",
-        "\"content\"",
-        "\"tool_use_id\"",
-        "\"tool_call_id\"",
-        "\\u",
+    const NAMES: [&[u8]; 5] = [
+        b"type\"",
+        b"role\"",
+        b"content\"",
+        b"tool_use_id\"",
+        b"tool_call_id\"",
     ];
-    NAMES.iter().any(|name| text.contains(name))
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = crate::jsonl::find(b'"', &bytes[i..]) {
+        let rest = &bytes[i + at + 1..];
+        if NAMES.iter().any(|name| rest.starts_with(name)) {
+            return true;
+        }
+        i += at + 1;
+    }
+    let mut i = 0;
+    while let Some(at) = crate::jsonl::find(b'\\', &bytes[i..]) {
+        if bytes.get(i + at + 1) == Some(&b'u') {
+            return true;
+        }
+        i += at + 1;
+    }
+    false
 }
 
 /// Whether a JSON object text is `{}` (whitespace aside): the reference's `_is_empty`.
@@ -482,7 +500,15 @@ impl TableReplay {
                 name
             }
         };
-        self.last_tool = Some((tool.into(), spec, name.clone()));
+        match &mut self.last_tool {
+            Some((last, last_spec, last_name)) => {
+                last.clear();
+                last.extend_from_slice(tool);
+                *last_spec = spec;
+                *last_name = name.clone();
+            }
+            None => self.last_tool = Some((tool.to_vec(), spec, name.clone())),
+        }
         name
     }
 
@@ -1046,6 +1072,38 @@ mod tests {
         assert!(may_be_envelope(r#"{"type": "text"}"#));
         assert!(may_be_envelope(r#"{"tool_use_id": null}"#));
         assert!(may_be_envelope(r#"{"t\u0079pe": 1}"#));
+        // As a search for each name (its twin), on texts made of pieces of the names.
+        let twin = |text: &str| {
+            [
+                "\"type\"",
+                "\"role\"",
+                "\"content\"",
+                "\"tool_use_id\"",
+                "\"tool_call_id\"",
+                "\\u",
+            ]
+            .iter()
+            .any(|name| text.contains(name))
+        };
+        let pieces = [
+            "\"",
+            "type",
+            "role",
+            "content",
+            "tool_use_id",
+            "tool_call_id",
+            "\\",
+            "u",
+            "x",
+            "\\\"",
+        ];
+        let mut next = crate::test_rng::xorshift(0xe7e1);
+        for _ in 0..20_000 {
+            let text: String = (0..(next() % 12))
+                .map(|_| pieces[(next() % 10) as usize])
+                .collect();
+            assert_eq!(may_be_envelope(&text), twin(&text), "{text}");
+        }
     }
 
     /// The reference's answers, made up: every tool without a policy, a fixed price.

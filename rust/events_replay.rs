@@ -20,7 +20,7 @@ use std::io::{self, Read};
 
 use crate::arrow_replay::{Args, Call, CallId, Cold, Open, Returned, TableReplay};
 use crate::guard::NameMap;
-use crate::jsonl::{self, Fields, Kind, Value, Why};
+use crate::jsonl::{self, Decoded, Fields, Kind, Value, Why};
 
 /// Bytes read from the file at a time (a longer line grows the buffer to hold it).
 pub const CHUNK: usize = 4 << 20;
@@ -35,7 +35,8 @@ struct Resolved<'a> {
     model: Option<&'a [u8]>,
 }
 
-/// Buffers for the strings of a line that hold escapes, unescaped.
+/// Buffers for the strings of a line that hold escapes, unescaped (the long ones as they
+/// are scanned, in `decoded`).
 #[derive(Default)]
 struct Scratch {
     run: Vec<u8>,
@@ -44,12 +45,13 @@ struct Scratch {
     result: Vec<u8>,
     call_id: Vec<u8>,
     model: Vec<u8>,
+    decoded: Decoded,
 }
 
 /// A string's text: as it is, or unescaped into `buffer`; `Err` for a lone surrogate (not
 /// UTF-8). `checking`: only whether it could be read (then only `\u` escapes are decoded).
 fn text<'a>(value: Value<'a>, buffer: &'a mut Vec<u8>, checking: bool) -> Result<&'a [u8], Why> {
-    if !value.escaped || (checking && !value.raw.windows(2).any(|w| w == b"\\u")) {
+    if value.decoded || !value.escaped || (checking && !value.unicode) {
         return Ok(value.raw);
     }
     buffer.clear();
@@ -74,6 +76,7 @@ fn resolve<'a>(
         result: result_buffer,
         call_id: id_buffer,
         model: model_buffer,
+        decoded,
     } = scratch;
     if fields.turn.is_some_and(|v| !v.is_null()) || fields.usage.is_some_and(|v| !v.is_null()) {
         return Err("a line with a turn or usage");
@@ -95,15 +98,16 @@ fn resolve<'a>(
         None => return Err("a line without a tool"),
     };
     // `args` unless null, else `arguments` (null too), else `input`.
-    let args = match (fields.args, fields.arguments) {
-        (Some(args), _) if !args.is_null() => Some(args),
-        (_, Some(arguments)) => Some(arguments),
-        _ => fields.input,
+    let (args, scanned) = match (fields.args, fields.arguments) {
+        (Some(args), _) if !args.is_null() => (Some(args), &decoded.args),
+        (_, Some(arguments)) => (Some(arguments), &decoded.arguments),
+        _ => (fields.input, &decoded.input),
     };
     let args = match args {
         None => Args::Null,
         Some(v) => match v.kind {
             Kind::Null => Args::Null,
+            Kind::Str if v.decoded => Args::Text(scanned),
             Kind::Str => Args::Text(text(v, args_buffer, checking)?),
             _ => Args::Value(v.raw),
         },
@@ -115,6 +119,7 @@ fn resolve<'a>(
     };
     let result = match fields.result {
         None => None,
+        Some(v) if v.kind == Kind::Str && v.decoded => Some(Returned::Text(&decoded.result)),
         Some(v) if v.kind == Kind::Str => Some(Returned::Text(text(v, result_buffer, checking)?)),
         Some(v) => Some(Returned::Value(v.raw)),
     };
@@ -173,7 +178,7 @@ impl LineReader {
     pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
         let mut searched = self.start;
         loop {
-            if let Some(at) = memchr(b'\n', &self.buffer[searched..self.end]) {
+            if let Some(at) = jsonl::find(b'\n', &self.buffer[searched..self.end]) {
                 let line_end = searched + at + 1;
                 let line = self.start..line_end;
                 self.start = line_end;
@@ -212,11 +217,6 @@ impl LineReader {
             self.end += read;
         }
     }
-}
-
-#[inline]
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
 }
 
 /// A line without its newline (`\n`; a `\r` before it is the line's, as `json` reads it).
@@ -310,12 +310,13 @@ impl EventsReplay {
         if jsonl::blank(text) {
             return Ok(Ok(()));
         }
-        let mut fields = Fields::default();
-        if let Err(why) = jsonl::scan(text, &mut fields) {
-            return Ok(Err(why));
-        }
         // Taken out for the call, whose resolved members borrow them.
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut fields = Fields::default();
+        if let Err(why) = jsonl::scan_decoding(text, &mut fields, Some(&mut scratch.decoded)) {
+            self.scratch = scratch;
+            return Ok(Err(why));
+        }
         let default_run = std::mem::take(&mut self.default_run);
         let outcome = self.call(
             cold,

@@ -44,6 +44,10 @@ pub struct Value<'a> {
     pub raw: &'a [u8],
     /// A string with a backslash in it: to be unescaped.
     pub escaped: bool,
+    /// A string with a `\u` escape in it (which may spell a lone surrogate).
+    pub unicode: bool,
+    /// A string whose content was unescaped into its member's [`Decoded`] buffer.
+    pub decoded: bool,
 }
 
 impl Value<'_> {
@@ -101,9 +105,41 @@ pub fn blank(line: &[u8]) -> bool {
     line.iter().all(|&b| edge_space(b) || b == b'\n')
 }
 
+/// The strings of the members that are the long ones of a line (a call's arguments and
+/// result, often JSON text held in a string), unescaped as they are scanned.
+#[derive(Default)]
+pub struct Decoded {
+    pub args: Vec<u8>,
+    pub arguments: Vec<u8>,
+    pub input: Vec<u8>,
+    pub result: Vec<u8>,
+}
+
+impl Decoded {
+    fn buffer(&mut self, name: &[u8]) -> Option<&mut Vec<u8>> {
+        Some(match name {
+            b"args" => &mut self.args,
+            b"arguments" => &mut self.arguments,
+            b"input" => &mut self.input,
+            b"result" => &mut self.result,
+            _ => return None,
+        })
+    }
+}
+
 /// The top-level members of a line holding one JSON object (its newline removed) into
 /// `fields`; `Err`: not such a line, or not one read natively.
 pub fn scan<'a>(line: &'a [u8], fields: &mut Fields<'a>) -> Result<(), Why> {
+    scan_decoding(line, fields, None)
+}
+
+/// [`scan`], the strings of the members [`Decoded`] holds unescaped into it as they are met
+/// (one pass over them rather than two); a lone surrogate in one is an `Err`.
+pub fn scan_decoding<'a>(
+    line: &'a [u8],
+    fields: &mut Fields<'a>,
+    mut decoded: Option<&mut Decoded>,
+) -> Result<(), Why> {
     *fields = Fields::default();
     let mut start = 0;
     while start < line.len() && edge_space(line[start]) {
@@ -126,15 +162,34 @@ pub fn scan<'a>(line: &'a [u8], fields: &mut Fields<'a>) -> Result<(), Why> {
             if s.get(i) != Some(&b'"') {
                 return Err("a line that is not JSON");
             }
-            let (key_end, key_escaped) = scanner.string(i + 1)?;
+            let (key_end, key_escapes) = scanner.string(i + 1)?;
             let key = &s[i + 1..key_end];
             i = scanner.ws(key_end + 1);
             if s.get(i) != Some(&b':') {
                 return Err("a line that is not JSON");
             }
             i = scanner.ws(i + 1);
-            let (value, after) = scanner.value(i, 1)?;
-            let slot = if key_escaped {
+            let buffer = match &mut decoded {
+                Some(decoded) if s.get(i) == Some(&b'"') && key_escapes == Escapes::None => {
+                    decoded.buffer(key)
+                }
+                _ => None,
+            };
+            let (value, after) = match buffer {
+                Some(buffer) => {
+                    let (end, escapes) = scanner.string_into(i + 1, buffer)?;
+                    let value = Value {
+                        kind: Kind::Str,
+                        raw: &s[i + 1..end],
+                        escaped: escapes != Escapes::None,
+                        unicode: escapes == Escapes::Unicode,
+                        decoded: true,
+                    };
+                    (value, end + 1)
+                }
+                None => scanner.value(i, 1)?,
+            };
+            let slot = if key_escapes != Escapes::None {
                 let mut name = Vec::new();
                 unescape(key, &mut name);
                 // Any name that is one of ours is ASCII: a key spelling one with escapes
@@ -166,6 +221,14 @@ pub fn scan<'a>(line: &'a [u8], fields: &mut Fields<'a>) -> Result<(), Why> {
     Ok(())
 }
 
+/// The escapes a string holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Escapes {
+    None,
+    Plain,
+    Unicode,
+}
+
 struct Scanner<'a> {
     s: &'a [u8],
 }
@@ -192,18 +255,22 @@ impl<'a> Scanner<'a> {
                     kind,
                     raw: &s[i..i + len],
                     escaped: false,
+                    unicode: false,
+                    decoded: false,
                 },
                 i + len,
             ))
         };
         match c {
             b'"' => {
-                let (end, escaped) = self.string(i + 1)?;
+                let (end, escapes) = self.string(i + 1)?;
                 Ok((
                     Value {
                         kind: Kind::Str,
                         raw: &s[i + 1..end],
-                        escaped,
+                        escaped: escapes != Escapes::None,
+                        unicode: escapes == Escapes::Unicode,
+                        decoded: false,
                     },
                     end + 1,
                 ))
@@ -322,30 +389,208 @@ impl<'a> Scanner<'a> {
         Ok((i, int))
     }
 
+    /// The escape whose backslash is at `at`: its length, and its kind.
+    #[inline(always)]
+    fn escape(&self, at: usize) -> Result<(usize, Escapes), Why> {
+        let s = self.s;
+        match s.get(at + 1) {
+            Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok((2, Escapes::Plain)),
+            Some(b'u') => {
+                let hex = s.get(at + 2..at + 6);
+                if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return Err("a line that is not JSON");
+                }
+                Ok((6, Escapes::Unicode))
+            }
+            _ => Err("a line that is not JSON"),
+        }
+    }
+
+    /// The escape whose backslash is at `at`, decoded into `out`: the bytes written, the
+    /// bytes read (never fewer), and its kind; a lone surrogate is an `Err`.
+    #[inline(always)]
+    fn decode_escape(&self, at: usize, out: &mut [u8; 4]) -> Result<(usize, usize, Escapes), Why> {
+        let s = self.s;
+        let (len, kind) = self.escape(at)?;
+        if kind == Escapes::Plain {
+            out[0] = match s[at + 1] {
+                b'b' => 0x08,
+                b'f' => 0x0c,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                other => other, // '"', '\\', '/'
+            };
+            return Ok((1, len, kind));
+        }
+        let mut code = hex4(&s[at + 2..at + 6]);
+        let mut consumed = 6;
+        // A high surrogate followed by an escaped low one is one character (as in CPython).
+        if (0xd800..=0xdbff).contains(&code)
+            && s.get(at + 6..at + 8) == Some(b"\\u")
+            && s.get(at + 8..at + 12)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+        {
+            let low = hex4(&s[at + 8..at + 12]);
+            if (0xdc00..=0xdfff).contains(&low) {
+                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+                consumed = 12;
+            }
+        }
+        let Some(c) = char::from_u32(code) else {
+            return Err("a lone surrogate in a string");
+        };
+        Ok((c.encode_utf8(out).len(), consumed, kind))
+    }
+
+    /// [`string`](Self::string), its content unescaped into `out` (replaced) as it is
+    /// scanned: each 16 bytes are stored whole, then each escape in them decoded in place
+    /// and what follows it stored again after it (one load and store an escape; JSON text
+    /// held in a string has one every few bytes). `Err` for a lone surrogate too.
+    fn string_into(&self, start: usize, out: &mut Vec<u8>) -> Result<(usize, Escapes), Why> {
+        let s = self.s;
+        out.clear();
+        // Unescaping never lengthens text, so `written <= i - start` throughout (and `dst <=
+        // src - start`): with this room, every 16-byte store below fits.
+        out.reserve(s.len() - start + 16);
+        let base = out.as_mut_ptr();
+        let mut written = 0usize;
+        let mut i = start;
+        let mut escapes = Escapes::None;
+        let mut decoded = [0u8; 4];
+        while let Some(Ok(chunk)) = s.get(i..i + 16).map(<&[u8; 16]>::try_from) {
+            // SAFETY: `written + 16 <= (i - start) + 16 <= capacity` (see above); the source
+            // is the line, which does not overlap `out`.
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), base.add(written), 16) };
+            let mut stops = string_stops(chunk);
+            if stops == 0 {
+                i += 16;
+                written += 16;
+                continue;
+            }
+            // The chunk's stops in turn: bytes from `src` to the chunk's end stand stored
+            // from `dst` on.
+            let chunk_end = i + 16;
+            let (mut src, mut dst) = (i, written);
+            let mut reload = false;
+            while stops != 0 {
+                let at = i + stops.trailing_zeros() as usize;
+                dst += at - src;
+                match s[at] {
+                    b'"' => {
+                        // SAFETY: the first `dst` bytes were stored above, within capacity.
+                        unsafe { out.set_len(dst) };
+                        return Ok((at, escapes));
+                    }
+                    b'\\' => {
+                        let (len, consumed, kind) = self.decode_escape(at, &mut decoded)?;
+                        escapes = escapes.max(kind);
+                        // SAFETY: `len <= consumed`, so `dst + len` stays within capacity.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(dst), len)
+                        };
+                        dst += len;
+                        src = at + consumed;
+                        match s.get(src..src + 16) {
+                            Some(next) if src < chunk_end => {
+                                // SAFETY: `dst + 16 <= (src - start) + 16 <= capacity`.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(next.as_ptr(), base.add(dst), 16)
+                                };
+                                stops &= u32::MAX << (src - i);
+                            }
+                            _ => {
+                                reload = true;
+                                break;
+                            }
+                        }
+                    }
+                    _ => return Err("a line that is not JSON"),
+                }
+            }
+            if reload {
+                (i, written) = (src, dst);
+            } else {
+                (i, written) = (chunk_end, dst + (chunk_end - src));
+            }
+        }
+        // The tail (under 16 bytes to the line's end), byte by byte.
+        loop {
+            match s.get(i) {
+                Some(b'"') => {
+                    // SAFETY: as above.
+                    unsafe { out.set_len(written) };
+                    return Ok((i, escapes));
+                }
+                Some(b'\\') => {
+                    let (len, consumed, kind) = self.decode_escape(i, &mut decoded)?;
+                    escapes = escapes.max(kind);
+                    // SAFETY: as above.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(written), len)
+                    };
+                    written += len;
+                    i += consumed;
+                }
+                Some(&b) if b >= 0x20 => {
+                    // SAFETY: as above, `written < capacity`.
+                    unsafe { *base.add(written) = b };
+                    written += 1;
+                    i += 1;
+                }
+                _ => return Err("a line that is not JSON"),
+            }
+        }
+    }
+
     /// A string whose content starts at `start`: the offset of its closing quote, and
-    /// whether it holds an escape.
+    /// what escapes it holds. Each 16 bytes are loaded once and their stops walked in turn,
+    /// escapes too (a string of JSON text has one every few bytes).
     #[inline]
-    fn string(&self, start: usize) -> Result<(usize, bool), Why> {
+    fn string(&self, start: usize) -> Result<(usize, Escapes), Why> {
         let s = self.s;
         let mut i = start;
-        let mut escaped = false;
+        let mut escapes = Escapes::None;
+        while let Some(Ok(chunk)) = s.get(i..i + 16).map(<&[u8; 16]>::try_from) {
+            let mut stops = string_stops(chunk);
+            let mut advance = 16;
+            while stops != 0 {
+                let k = stops.trailing_zeros() as usize;
+                match chunk[k] {
+                    b'"' => return Ok((i + k, escapes)),
+                    // The commonest escape of JSON text in a string, inside the chunk.
+                    b'\\' if k < 15 && chunk[k + 1] == b'"' => {
+                        escapes = escapes.max(Escapes::Plain);
+                        stops &= u32::MAX << (k + 2);
+                    }
+                    b'\\' => {
+                        let (len, kind) = self.escape(i + k)?;
+                        escapes = escapes.max(kind);
+                        if k + len >= 16 {
+                            advance = k + len;
+                            break;
+                        }
+                        stops &= u32::MAX << (k + len);
+                    }
+                    _ => return Err("a line that is not JSON"),
+                }
+            }
+            i += advance;
+        }
+        self.string_scalar(i, escapes)
+    }
+
+    /// [`string`](Self::string) from `i` on, a stop at a time: its tail, and its twin.
+    fn string_scalar(&self, mut i: usize, mut escapes: Escapes) -> Result<(usize, Escapes), Why> {
+        let s = self.s;
         loop {
             i = string_stop(s, i);
             match s.get(i) {
-                Some(b'"') => return Ok((i, escaped)),
+                Some(b'"') => return Ok((i, escapes)),
                 Some(b'\\') => {
-                    escaped = true;
-                    match s.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') => {
-                            let hex = s.get(i + 2..i + 6);
-                            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                                return Err("a line that is not JSON");
-                            }
-                            i += 6;
-                        }
-                        _ => return Err("a line that is not JSON"),
-                    }
+                    let (len, kind) = self.escape(i)?;
+                    escapes = escapes.max(kind);
+                    i += len;
                 }
                 // A control character, or the end of the line.
                 _ => return Err("a line that is not JSON"),
@@ -397,6 +642,45 @@ fn string_stops(chunk: &[u8; 16]) -> u32 {
     })
 }
 
+/// The offset of the first `needle` in `haystack` (a `memchr`).
+#[inline]
+pub fn find(needle: u8, haystack: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while let Some(Ok(chunk)) = haystack.get(i..i + 16).map(<&[u8; 16]>::try_from) {
+        let found = equal_mask(chunk, needle);
+        if found != 0 {
+            return Some(i + found.trailing_zeros() as usize);
+        }
+        i += 16;
+    }
+    haystack[i..]
+        .iter()
+        .position(|&b| b == needle)
+        .map(|at| i + at)
+}
+
+/// Bit k set when byte k of `chunk` is `needle`.
+#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
+#[inline(always)]
+fn equal_mask(chunk: &[u8; 16], needle: u8) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+    };
+    // SAFETY: SSE2 is always available on x86_64; the load reads exactly `chunk`.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+        _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(needle as i8))) as u32
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
+fn equal_mask(chunk: &[u8; 16], needle: u8) -> u32 {
+    chunk
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (k, &b)| mask | u32::from(b == needle) << k)
+}
+
 fn hex4(digits: &[u8]) -> u32 {
     digits.iter().fold(0u32, |acc, &d| {
         acc << 4 | (d as char).to_digit(16).unwrap_or(0)
@@ -410,11 +694,11 @@ pub fn unescape(raw: &[u8], out: &mut Vec<u8>) -> bool {
     let mut utf8 = true;
     let mut i = 0;
     while i < raw.len() {
-        let Some(at) = raw[i..].iter().position(|&b| b == b'\\') else {
+        let Some(at) = find(b'\\', &raw[i..]) else {
             out.extend_from_slice(&raw[i..]);
             break;
         };
-        out.extend_from_slice(&raw[i..i + at]);
+        push_short(out, &raw[i..i + at]);
         i += at + 1;
         let escape = raw[i];
         if escape != b'u' {
@@ -454,6 +738,20 @@ pub fn unescape(raw: &[u8], out: &mut Vec<u8>) -> bool {
         }
     }
     utf8
+}
+
+/// `out.extend_from_slice(bytes)`, for the short runs between escapes of JSON text held in
+/// a string (a call to `memcpy` each cost more than the copy).
+#[inline(always)]
+fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() > 32 {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    out.reserve(bytes.len());
+    for &b in bytes {
+        out.push(b);
+    }
 }
 
 /// `str(int(literal))` of an integer literal: the literal, but `-0` is `0`.
@@ -532,6 +830,112 @@ mod tests {
             "]".repeat(DEPTH_LIMIT)
         );
         assert!(fields(&deep).is_err());
+    }
+
+    #[test]
+    fn decoding_while_scanning_is_unescaping_after() {
+        let mut next = crate::test_rng::xorshift(0xdec0);
+        let pieces: [&str; 9] = [
+            "a",
+            "é",
+            "\\\"",
+            "\\\\",
+            "\\n",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "\\u0041",
+            " ",
+        ];
+        for _ in 0..3000 {
+            let len = (next() % 60) as usize;
+            let content: String = (0..len).map(|_| pieces[(next() % 9) as usize]).collect();
+            let line = format!(
+                "{{\"x\": 1, \"result\": \"{content}\", \"args\": {{\"a\": \"{content}\"}}}}"
+            );
+            let mut fields = Fields::default();
+            let mut decoded = Decoded::default();
+            scan_decoding(line.as_bytes(), &mut fields, Some(&mut decoded)).expect("read");
+            let mut expected = Vec::new();
+            assert!(unescape(content.as_bytes(), &mut expected));
+            assert_eq!(decoded.result, expected, "{content}");
+            let result = fields.result.expect("result");
+            assert!(result.decoded && result.raw == content.as_bytes());
+            assert!(!fields.args.expect("args").decoded);
+        }
+        let mut fields = Fields::default();
+        let lone = scan_decoding(
+            br#"{"result": "a\ud800b"}"#,
+            &mut fields,
+            Some(&mut Decoded::default()),
+        );
+        assert!(lone.is_err());
+    }
+
+    #[test]
+    fn string_scans_as_its_scalar_twin() {
+        let mut next = crate::test_rng::xorshift(0x57a7);
+        let pieces: [&[u8]; 12] = [
+            b"a",
+            b"\xc3\xa9",
+            b"\\\"",
+            b"\\\\",
+            b"\\n",
+            b"\\u00e9",
+            b"\\ud800",
+            b"\"",
+            b"\\x",
+            b"\\u12",
+            b"\x01",
+            b"abcdefghijklmno",
+        ];
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let mut text: Vec<u8> = (0..len)
+                .flat_map(|_| pieces[(next() % 12) as usize].iter().copied())
+                .collect();
+            if !next().is_multiple_of(4) {
+                text.push(b'"');
+            }
+            let scanner = Scanner { s: &text };
+            let expected = scanner.string_scalar(0, Escapes::None);
+            assert_eq!(
+                scanner.string(0),
+                expected,
+                "{:?}",
+                String::from_utf8_lossy(&text)
+            );
+            let mut out = Vec::new();
+            let decoded = scanner.string_into(0, &mut out);
+            match expected {
+                Ok((end, _)) => {
+                    let mut reference = Vec::new();
+                    let utf8 = unescape(&text[..end], &mut reference);
+                    match decoded {
+                        Ok(found) => {
+                            assert!(utf8);
+                            assert_eq!((found, &out), (expected.expect("ok"), &reference));
+                        }
+                        Err(_) => assert!(!utf8, "{:?}", String::from_utf8_lossy(&text)),
+                    }
+                }
+                Err(_) => assert!(decoded.is_err()),
+            }
+        }
+    }
+
+    #[test]
+    fn find_is_the_first_position() {
+        let mut next = crate::test_rng::xorshift(0x5eed);
+        for _ in 0..2000 {
+            let len = (next() % 80) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| [b'a', b'\n', 0xff][(next() % 3) as usize])
+                .collect();
+            for needle in [b'\n', 0xff, b'z'] {
+                let scalar = bytes.iter().position(|&b| b == needle);
+                assert_eq!(find(needle, &bytes), scalar, "{bytes:?}");
+            }
+        }
     }
 
     #[test]
