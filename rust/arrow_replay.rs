@@ -342,11 +342,10 @@ pub struct TableReplay {
     default_volatile: Arc<VolatileNames>,
     /// The guard's volatile keys can be compared natively (all exact `str`s).
     native_keys: bool,
-    specs: crate::guard::NameMap<Spec>,
+    specs: crate::guard::NameMap<(Spec, Arc<str>)>,
     /// Prices by model name (at most `MAX_NAMES`), and of turns that name none.
     prices: crate::guard::NameMap<Prices>,
     unnamed_price: Option<Prices>,
-    tools: crate::guard::NameMap<Arc<str>>,
     /// Its name's buffer is reused: the tool changes on most calls of some fleets.
     last_tool: Option<(Vec<u8>, Spec, Arc<str>)>,
     open: Option<Box<Open>>,
@@ -451,7 +450,6 @@ impl TableReplay {
             specs: Default::default(),
             prices: Default::default(),
             unnamed_price: None,
-            tools: Default::default(),
             last_tool: None,
             open: None,
             row: 0,
@@ -466,38 +464,24 @@ impl TableReplay {
         }
     }
 
+    /// A tool's policy, and its name kept with it (one copy a name), remembered as the last
+    /// tool's: agents call one tool again and again. One map for both: the tool changes on
+    /// most calls of some fleets.
     fn spec<C: Cold>(&mut self, cold: &mut C, tool: &[u8]) -> Result<Spec, C::Error> {
         if let Some((last, spec, _)) = &self.last_tool {
             if **last == *tool {
                 return Ok(*spec);
             }
         }
-        if let Some(spec) = self.specs.get(tool) {
-            return Ok(*spec);
-        }
-        let spec = cold.spec(tool)?;
-        if self.specs.len() < MAX_NAMES {
-            self.specs.insert(tool.into(), spec);
-        }
-        Ok(spec)
-    }
-
-    /// The tool's name as kept (one copy a name), and remembered as the last tool with its
-    /// policy: agents call one tool again and again.
-    fn tool_name(&mut self, tool: &[u8], spec: Spec) -> Arc<str> {
-        if let Some((last, _, name)) = &self.last_tool {
-            if **last == *tool {
-                return name.clone();
-            }
-        }
-        let name = match self.tools.get(tool) {
-            Some(name) => name.clone(),
+        let (spec, name) = match self.specs.get(tool) {
+            Some((spec, name)) => (*spec, name.clone()),
             None => {
+                let spec = cold.spec(tool)?;
                 let name: Arc<str> = String::from_utf8_lossy(tool).into();
-                if self.tools.len() < MAX_NAMES {
-                    self.tools.insert(tool.into(), name.clone());
+                if self.specs.len() < MAX_NAMES {
+                    self.specs.insert(tool.into(), (spec, name.clone()));
                 }
-                name
+                (spec, name)
             }
         };
         match &mut self.last_tool {
@@ -505,11 +489,19 @@ impl TableReplay {
                 last.clear();
                 last.extend_from_slice(tool);
                 *last_spec = spec;
-                *last_name = name.clone();
+                *last_name = name;
             }
-            None => self.last_tool = Some((tool.to_vec(), spec, name.clone())),
+            None => self.last_tool = Some((tool.to_vec(), spec, name)),
         }
-        name
+        Ok(spec)
+    }
+
+    /// The tool's name as kept: the last tool's (`spec` was just asked of it).
+    fn tool_name(&mut self, tool: &[u8]) -> Arc<str> {
+        match &self.last_tool {
+            Some((last, _, name)) if **last == *tool => name.clone(),
+            _ => String::from_utf8_lossy(tool).into(),
+        }
     }
 
     fn price<C: Cold>(&mut self, cold: &mut C, model: Option<&[u8]>) -> Result<[f64; 4], C::Error> {
@@ -743,7 +735,7 @@ impl TableReplay {
                 }
             },
         };
-        let name = self.tool_name(tool, spec);
+        let name = self.tool_name(tool);
         let wants = self.open.as_ref().is_some_and(|o| o.state.wants);
         let question = if wants {
             cold.question(tool, keyed)?
