@@ -239,7 +239,8 @@ pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scann
         if jsonl::blank(line) {
             continue;
         }
-        if std::str::from_utf8(line).is_err() {
+        // `is_ascii` first: most lines are, and it is several times cheaper.
+        if !line.is_ascii() && std::str::from_utf8(line).is_err() {
             return Ok(Scanned::Unsupported(number, "a line that is not UTF-8"));
         }
         let mut fields = Fields::default();
