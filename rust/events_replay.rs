@@ -148,12 +148,20 @@ fn resolve<'a>(
 /// (all of them, blank ones too) and whether any held a call.
 pub enum Scanned {
     Unsupported(u64, Why),
-    Lines { lines: u64, calls: u64 },
+    /// `bytes`: how much of the file was read (the replay reads that much: a file that
+    /// grows meanwhile is replayed as it was scanned).
+    Lines {
+        lines: u64,
+        calls: u64,
+        bytes: u64,
+    },
 }
 
-/// Reads a file's lines, each with its newline (the last may have none).
+/// Reads a file's lines, each with its newline (the last may have none), up to a length.
 pub struct LineReader {
     file: File,
+    /// Bytes still to be read from the file.
+    remaining: u64,
     buffer: Vec<u8>,
     start: usize,
     end: usize,
@@ -163,9 +171,11 @@ pub struct LineReader {
 }
 
 impl LineReader {
-    pub fn open(path: &str) -> io::Result<LineReader> {
+    /// The file at `path`, read to its end or for `length` bytes.
+    pub fn open(path: &str, length: Option<u64>) -> io::Result<LineReader> {
         Ok(LineReader {
             file: File::open(path)?,
+            remaining: length.unwrap_or(u64::MAX),
             buffer: vec![0; CHUNK],
             start: 0,
             end: 0,
@@ -205,8 +215,10 @@ impl LineReader {
             if self.end == self.buffer.len() {
                 self.buffer.resize(self.buffer.len() * 2, 0);
             }
+            let room =
+                (self.buffer.len() - self.end).min(self.remaining.try_into().unwrap_or(usize::MAX));
             let read = loop {
-                match self.file.read(&mut self.buffer[self.end..]) {
+                match self.file.read(&mut self.buffer[self.end..self.end + room]) {
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                     other => break other?,
                 }
@@ -215,6 +227,7 @@ impl LineReader {
                 self.eof = true;
             }
             self.end += read;
+            self.remaining -= read as u64;
         }
     }
 }
@@ -227,7 +240,7 @@ fn content(line: &[u8]) -> &[u8] {
 /// Whether the native replay reads every line of the file at `path`: lines of at most
 /// `limit` bytes, UTF-8, each blank or a call `Lines.feed` reads without a problem.
 pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scanned> {
-    let mut reader = LineReader::open(path)?;
+    let mut reader = LineReader::open(path, None)?;
     let mut scratch = Scratch::default();
     let (mut number, mut calls) = (0u64, 0u64);
     while let Some(line) = reader.next_line()? {
@@ -254,6 +267,7 @@ pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scann
     Ok(Scanned::Lines {
         lines: number,
         calls,
+        bytes: reader.position,
     })
 }
 
@@ -579,6 +593,30 @@ mod tests {
         assert_eq!(lru.pop_front().map(|(_, v)| v), Some(1));
         assert_eq!(lru.pop_front().map(|(_, v)| v), Some(4));
         assert!(lru.pop_front().is_none());
+    }
+
+    #[test]
+    fn lines_are_read_whole_and_only_as_far_as_asked() {
+        let path = std::env::temp_dir().join(format!("tripwire-lines-{}", std::process::id()));
+        let long = "x".repeat(CHUNK + 10);
+        let text = format!("a\n\n{long}\nb\r\nlast");
+        std::fs::write(&path, &text).expect("written");
+        let read = |length: Option<u64>| {
+            let mut reader = LineReader::open(path.to_str().expect("utf-8"), length).expect("open");
+            let mut lines = Vec::new();
+            while let Some(line) = reader.next_line().expect("read") {
+                lines.push(String::from_utf8(line.to_vec()).expect("utf-8"));
+            }
+            (lines, reader.position)
+        };
+        let (all, position) = read(None);
+        assert_eq!(all, ["a\n", "\n", &format!("{long}\n"), "b\r\n", "last"]);
+        assert_eq!(position, text.len() as u64);
+        assert_eq!(
+            read(Some(3)),
+            (vec!["a\n".to_string(), "\n".to_string()], 3)
+        );
+        std::fs::remove_file(&path).expect("removed");
     }
 
     fn resolved(line: &str) -> Result<(Vec<u8>, Vec<u8>), Why> {

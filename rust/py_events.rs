@@ -128,13 +128,13 @@ impl EventsReplay {
         let (limit, default_run) = (inner.limit, inner.default_run.clone());
         // Released: a pass over the file's bytes.
         let scanned = py.detach(|| prescan(path, limit, &default_run));
-        match scanned {
+        let length = match scanned {
             Err(err) => return Ok(Some(format!("cannot read: {err}"))),
             Ok(Scanned::Unsupported(line, why)) => return Ok(Some(format!("line {line}: {why}"))),
             Ok(Scanned::Lines { calls: 0, .. }) => return Ok(Some("no calls".into())),
-            Ok(Scanned::Lines { .. }) => {}
-        }
-        let mut reader = LineReader::open(path)?;
+            Ok(Scanned::Lines { bytes, .. }) => bytes,
+        };
+        let mut reader = LineReader::open(path, Some(length))?;
         let mut number = 0u64;
         loop {
             let Inner { core, cold, .. } = inner;

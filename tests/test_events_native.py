@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -345,6 +346,14 @@ def test_other_files_go_to_the_per_call_path(
     paths = [str(zipped), str(bom), str(not_utf8), empty, blank, other, document, good]
     native, reference = both(monkeypatch, paths)
     assert native == reference and taken == [good]
+
+
+def test_a_pipe_is_left_to_the_per_call_path(tmp_path: Path) -> None:
+    """A path that is not a regular file (``<(...)``, a FIFO) is not even opened here: what
+    a look at its first line read would be lost to the per-call path."""
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    assert not events_core._first_line_is_events(str(fifo))  # would block, were it opened
 
 
 def test_a_line_over_the_limit_goes_to_the_per_call_path(

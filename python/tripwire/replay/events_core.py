@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -38,7 +39,11 @@ def _first_line_is_events(path: str) -> bool:
     """Whether the file starts as a JSONL file of the events format as ``files.Reader`` sees
     it: no gzip or other magic, no byte-order mark, and a first non-blank line that is an
     object the events format claims before any other format does (``Reader._line_value``)."""
+    limit = _files.MAX_LINE_BYTES
     try:
+        # A regular file only: a pipe (``<(...)``) read here would lose what was read.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as raw:
             head = raw.read(_HEAD)
             if head.startswith((_files.GZIP_MAGIC, _files._BOM)):
@@ -46,13 +51,12 @@ def _first_line_is_events(path: str) -> bool:
             if any(fmt.magic is not None and head.startswith(fmt.magic) for fmt in FORMATS):
                 return False
             raw.seek(0)
-            for line in raw:
-                if len(line) > _files.MAX_LINE_BYTES:
-                    return False  # the native pre-scan says the same
+            while True:
+                line = raw.readline(limit + 1)
+                if not line or len(line) > limit:
+                    return False  # empty, or a line the native pre-scan refuses too
                 if line.strip():
                     break
-            else:
-                return False
     except OSError:
         return False  # the per-call path reports it
     try:
