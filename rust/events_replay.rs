@@ -290,7 +290,8 @@ pub struct EventsReplay {
     /// Runs that came back after being finished early (`Fleet.split_runs`).
     pub split_runs: u64,
     default_run: Vec<u8>,
-    scratch: Scratch,
+    /// Boxed, so that taking it out for a line moves a pointer.
+    scratch: Option<Box<Scratch>>,
 }
 
 impl EventsReplay {
@@ -309,7 +310,7 @@ impl EventsReplay {
             started: 0,
             split_runs: 0,
             default_run,
-            scratch: Scratch::default(),
+            scratch: Some(Box::default()),
         }
     }
 
@@ -326,10 +327,10 @@ impl EventsReplay {
             return Ok(Ok(()));
         }
         // Taken out for the call, whose resolved members borrow them.
-        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut scratch = self.scratch.take().unwrap_or_default();
         let mut fields = Fields::default();
         if let Err(why) = jsonl::scan_decoding(text, &mut fields, Some(&mut scratch.decoded)) {
-            self.scratch = scratch;
+            self.scratch = Some(scratch);
             return Ok(Err(why));
         }
         let default_run = std::mem::take(&mut self.default_run);
@@ -341,7 +342,7 @@ impl EventsReplay {
             line.len() as u64,
             number,
         );
-        self.scratch = scratch;
+        self.scratch = Some(scratch);
         self.default_run = default_run;
         outcome
     }

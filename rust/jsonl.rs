@@ -485,9 +485,12 @@ impl<'a> Scanner<'a> {
                     b'\\' => {
                         let (len, consumed, kind) = self.decode_escape(at, &mut decoded)?;
                         escapes = escapes.max(kind);
-                        // SAFETY: `len <= consumed`, so `dst + len` stays within capacity.
+                        // SAFETY: `dst <= at - start` and `at < s.len()`, so 4 bytes from `dst`
+                        // fit in the 16 reserved past `s.len() - start`; the 4 - `len` bytes
+                        // past what is kept are overwritten or left past the length. (A copy
+                        // of `len` bytes was a call to memcpy.)
                         unsafe {
-                            std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(dst), len)
+                            std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(dst), 4)
                         };
                         dst += len;
                         src = at + consumed;
@@ -525,9 +528,9 @@ impl<'a> Scanner<'a> {
                 Some(b'\\') => {
                     let (len, consumed, kind) = self.decode_escape(i, &mut decoded)?;
                     escapes = escapes.max(kind);
-                    // SAFETY: as above.
+                    // SAFETY: as above (`written <= i - start`, `i < s.len()`).
                     unsafe {
-                        std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(written), len)
+                        std::ptr::copy_nonoverlapping(decoded.as_ptr(), base.add(written), 4)
                     };
                     written += len;
                     i += consumed;
