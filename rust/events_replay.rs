@@ -20,7 +20,7 @@ use std::io::{self, Read};
 
 use crate::arrow_replay::{Args, Call, CallId, Cold, Open, Returned, TableReplay};
 use crate::guard::NameMap;
-use crate::jsonl::{self, Decoded, Fields, Kind, Value, Why};
+use crate::jsonl::{self, Decoded, Fields, Kind, Refused, Value, Why};
 
 /// Bytes read from the file at a time (a longer line grows the buffer to hold it).
 pub const CHUNK: usize = 4 << 20;
@@ -150,10 +150,12 @@ pub enum Scanned {
     Unsupported(u64, Why),
     /// `bytes`: how much of the file was read (the replay reads that much: a file that
     /// grows meanwhile is replayed as it was scanned).
+    /// `utf8`: every line was UTF-8 (the replay need not check again).
     Lines {
         lines: u64,
         calls: u64,
         bytes: u64,
+        utf8: bool,
     },
 }
 
@@ -243,6 +245,9 @@ pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scann
     let mut reader = LineReader::open(path, None)?;
     let mut scratch = Scratch::default();
     let (mut number, mut calls) = (0u64, 0u64);
+    // The first line decides what the file is (`files.Reader`): it must be read natively.
+    let mut first = true;
+    let mut utf8 = true;
     while let Some(line) = reader.next_line()? {
         number += 1;
         let line = content(line);
@@ -252,22 +257,30 @@ pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scann
         if jsonl::blank(line) {
             continue;
         }
-        // `is_ascii` first: most lines are, and it is several times cheaper.
-        if !line.is_ascii() && std::str::from_utf8(line).is_err() {
-            return Ok(Scanned::Unsupported(number, "a line that is not UTF-8"));
-        }
         let mut fields = Fields::default();
-        let read = jsonl::scan(line, &mut fields)
-            .and_then(|()| resolve(&fields, &mut scratch, default_run, number, true));
+        // `is_ascii` first: most lines are, and it is several times cheaper.
+        let read = if !line.is_ascii() && std::str::from_utf8(line).is_err() {
+            utf8 = false;
+            Err("a line that is not UTF-8")
+        } else {
+            jsonl::scan(line, &mut fields)
+                .and_then(|()| resolve(&fields, &mut scratch, default_run, number, true))
+        };
         if let Err(why) = read {
-            return Ok(Scanned::Unsupported(number, why));
+            // A line the per-call path reports (not UTF-8, not JSON) is reported here too.
+            match (first, jsonl::refused(line)) {
+                (false, Refused::Blank | Refused::Problem(_)) => continue,
+                _ => return Ok(Scanned::Unsupported(number, why)),
+            }
         }
+        first = false;
         calls += 1;
     }
     Ok(Scanned::Lines {
         lines: number,
         calls,
         bytes: reader.position,
+        utf8,
     })
 }
 
@@ -290,6 +303,8 @@ pub struct EventsReplay {
     /// Runs that came back after being finished early (`Fleet.split_runs`).
     pub split_runs: u64,
     default_run: Vec<u8>,
+    /// Whether a line may not be UTF-8 (the pre-scan found one): then each is checked.
+    pub check_utf8: bool,
     /// Boxed, so that taking it out for a line moves a pointer.
     scratch: Option<Box<Scratch>>,
 }
@@ -310,6 +325,7 @@ impl EventsReplay {
             started: 0,
             split_runs: 0,
             default_run,
+            check_utf8: true,
             scratch: Some(Box::default()),
         }
     }
@@ -329,9 +345,24 @@ impl EventsReplay {
         // Taken out for the call, whose resolved members borrow them.
         let mut scratch = self.scratch.take().unwrap_or_default();
         let mut fields = Fields::default();
-        if let Err(why) = jsonl::scan_decoding(text, &mut fields, Some(&mut scratch.decoded)) {
+        // UTF-8 first (strings are scanned as bytes), as the pre-scan did, where it found a
+        // line that is not.
+        let read = if self.check_utf8 && !text.is_ascii() && std::str::from_utf8(text).is_err() {
+            Err("a line that is not UTF-8")
+        } else {
+            jsonl::scan_decoding(text, &mut fields, Some(&mut scratch.decoded))
+        };
+        if let Err(why) = read {
             self.scratch = Some(scratch);
-            return Ok(Err(why));
+            return Ok(match jsonl::refused(text) {
+                Refused::Blank => Ok(()),
+                Refused::Problem(message) => {
+                    let skipped = format!("{message}; line skipped");
+                    self.core.problems.push((number, skipped));
+                    Ok(())
+                }
+                Refused::Unsupported => Err(why),
+            });
         }
         let default_run = std::mem::take(&mut self.default_run);
         let outcome = self.call(

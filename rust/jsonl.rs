@@ -10,7 +10,8 @@
 //! what it could read but the native replay does not (deeper than [`DEPTH_LIMIT`], integers
 //! longer than [`INT_DIGITS`]), so that nothing it accepts reads differently there.
 
-use crate::json::MIN_INT_DIGIT_LIMIT;
+use crate::canon::is_python_whitespace;
+use crate::json::{self, char_index, JsonError, MIN_INT_DIGIT_LIMIT};
 
 /// Containers nested deeper than this are left to the per-call path: far below the key
 /// contract's 256 (so no call is refused for its depth) and Python's recursion limit.
@@ -124,6 +125,46 @@ impl Decoded {
             b"result" => &mut self.result,
             _ => return None,
         })
+    }
+}
+
+/// What the per-call path makes of a line [`scan`] refuses (`files.decode_line`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Blank once `str.strip()` has removed Python's whitespace: skipped, no problem.
+    Blank,
+    /// Not UTF-8, or not JSON: reported with this message, the line skipped.
+    Problem(String),
+    /// JSON after all (a value that is no object, a line the native replay does not read):
+    /// the per-call path reads the file.
+    Unsupported,
+}
+
+/// The problem `files.decode_line` reports for a line (its newline removed), as it words it:
+/// the byte where UTF-8 fails, or the message and column `json.JSONDecodeError` gives on the
+/// line's text stripped of Python's whitespace.
+pub fn refused(line: &[u8]) -> Refused {
+    let text = match std::str::from_utf8(line) {
+        Ok(text) => text,
+        Err(err) => {
+            return Refused::Problem(format!("not UTF-8 text (byte {})", err.valid_up_to()))
+        }
+    };
+    let text = text.trim_matches(|c: char| is_python_whitespace(c as u32));
+    if text.is_empty() {
+        return Refused::Blank;
+    }
+    let bytes = text.as_bytes();
+    match json::value_end(bytes) {
+        Err(JsonError::Syntax { msg, pos }) => Refused::Problem(format!(
+            "not JSON ({msg} at column {})",
+            char_index(bytes, pos) + 1
+        )),
+        Ok(end) if end < bytes.len() => Refused::Problem(format!(
+            "not JSON (extra data at column {})",
+            char_index(bytes, end) + 1
+        )),
+        _ => Refused::Unsupported,
     }
 }
 
@@ -924,6 +965,34 @@ mod tests {
                 Err(_) => assert!(decoded.is_err()),
             }
         }
+    }
+
+    #[test]
+    fn refused_lines_are_worded_as_decode_line_words_them() {
+        let problem = |line: &[u8]| match refused(line) {
+            Refused::Problem(message) => message,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            problem(b"not json"),
+            "not JSON (Expecting value at column 1)"
+        );
+        assert_eq!(
+            problem(b"  {\"run\": \"a\", \"tool\": \"x\""),
+            "not JSON (Expecting ',' delimiter at column 25)"
+        );
+        assert_eq!(problem(b"{} {}"), "not JSON (extra data at column 3)");
+        assert_eq!(
+            problem("\u{3000}{\"é\": tru}".as_bytes()),
+            "not JSON (Expecting value at column 7)"
+        );
+        assert_eq!(problem(b"{\"a\": \"\xff\"}"), "not UTF-8 text (byte 7)");
+        assert_eq!(refused("\u{a0} \u{2028}".as_bytes()), Refused::Blank);
+        assert_eq!(refused(b"[1, 2]"), Refused::Unsupported);
+        assert_eq!(
+            refused("\u{a0}{\"tool\": \"x\"}".as_bytes()),
+            Refused::Unsupported
+        );
     }
 
     #[test]

@@ -132,7 +132,10 @@ impl EventsReplay {
             Err(err) => return Ok(Some(format!("cannot read: {err}"))),
             Ok(Scanned::Unsupported(line, why)) => return Ok(Some(format!("line {line}: {why}"))),
             Ok(Scanned::Lines { calls: 0, .. }) => return Ok(Some("no calls".into())),
-            Ok(Scanned::Lines { bytes, .. }) => bytes,
+            Ok(Scanned::Lines { bytes, utf8, .. }) => {
+                inner.core.check_utf8 = !utf8;
+                bytes
+            }
         };
         let mut reader = LineReader::open(path, Some(length))?;
         let mut number = 0u64;

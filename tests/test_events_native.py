@@ -300,6 +300,42 @@ GOOD = {"run": "a", "tool": "get_logs", "args": {"since": "15m"}, "result": {"it
     [
         "not json",
         '{"run": "a", "tool": "x"',
+        '{"run": "a", "tool": "x"} {}',
+        '{"run": "a", "tool": "x", "args": "tab\there"}',
+        '{"run": "a", "tool": "x", "args": "\\x"}',
+        '{"run": "a", "tool": "x", "args": 01}',
+        '{"run": "a", "tool": "x", "args": [1,]}',
+        '\ufeff{"run": "a", "tool": "x"}',
+        "\u3000 \u00a0",
+        '{"run": "é", "tool": "x", "args": nul}',
+    ],
+)
+def test_a_line_that_is_not_json_is_reported_natively(
+    bad: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    path = lines(tmp_path / "bad.jsonl", [GOOD, GOOD, bad, GOOD])
+    native, reference = both(monkeypatch, [path])
+    assert native == reference and taken == [path]
+    assert native[0]["problems_total"] == (0 if bad.strip() == "" else 1)
+
+
+def test_a_line_that_is_not_utf8_is_reported_natively(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    path = tmp_path / "latin1.jsonl"
+    good = (json.dumps(GOOD) + "\n").encode()
+    path.write_bytes(good + b'{"run": "a", "tool": "caf\xe9"}\n' + good * 3 + b"\xff\n")
+    native, reference = both(monkeypatch, [str(path)])
+    assert native == reference and taken == [str(path)]
+    assert [p["message"] for p in native[0]["problems"]] == [
+        "not UTF-8 text (byte 25); line skipped",
+        "not UTF-8 text (byte 0); line skipped",
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
         "[1, 2]",
         '"a string"',
         {"run": "a", "tool": ""},
@@ -335,7 +371,8 @@ def test_other_files_go_to_the_per_call_path(
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b"\xef\xbb\xbf" + Path(good).read_bytes())
     not_utf8 = tmp_path / "latin1.jsonl"
-    not_utf8.write_bytes(Path(good).read_bytes() + b'{"run": "a", "tool": "caf\xe9"}\n')
+    not_utf8.write_bytes(b'{"run": "a", "tool": "caf\xe9"}\n' + Path(good).read_bytes())
+    bad_first = lines(tmp_path / "bad_first.jsonl", ["not json", GOOD, GOOD])
     empty = lines(tmp_path / "empty.jsonl", [])
     blank = lines(tmp_path / "blank.jsonl", ["", "  "])
     # A first line another format claims (an OpenInference span): not an events file.
@@ -343,7 +380,7 @@ def test_other_files_go_to_the_per_call_path(
             "attributes": {"openinference": {"span": {"kind": "TOOL"}}}}  # fmt: skip
     other = lines(tmp_path / "other.jsonl", [span, GOOD])
     document = lines(tmp_path / "document.json", ["[", json.dumps(GOOD), "]"])
-    paths = [str(zipped), str(bom), str(not_utf8), empty, blank, other, document, good]
+    paths = [str(zipped), str(bom), str(not_utf8), bad_first, empty, blank, other, document, good]
     native, reference = both(monkeypatch, paths)
     assert native == reference and taken == [good]
 
@@ -425,7 +462,15 @@ record = st.tuples(
 )
 
 
-def _record(fields: tuple[Any, ...]) -> dict[str, Any] | str:
+# Lines the per-call path reports and skips (or skips silently): read natively too.
+_BAD = ("not json", '{"run": "r1", "tool": "bash"', "{} {}", "\u3000", "", '{"a": "\\q"}',
+        '{"run": "r2", "tool": "x", "args": [1,]}', "\ufeff{}")  # fmt: skip
+line = st.one_of(record, st.sampled_from(_BAD))
+
+
+def _record(fields: tuple[Any, ...] | str) -> dict[str, Any] | str:
+    if isinstance(fields, str):
+        return fields
     run, tool, key, args, result, call_id, model = fields
     made: dict[str, Any] = {"run": run, "tool": tool, key: args, "result": result,
                             "call_id": call_id, "model": model}  # fmt: skip
@@ -436,7 +481,7 @@ def _record(fields: tuple[Any, ...]) -> dict[str, Any] | str:
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    records=st.lists(record, min_size=1, max_size=60),
+    records=st.tuples(record, st.lists(line, max_size=60)).map(lambda t: [t[0], *t[1]]),
     chosen=st.sampled_from(SETTINGS),
     open_runs=st.sampled_from((1, 2, simulate.MAX_OPEN_RUNS)),
 )
