@@ -138,13 +138,13 @@ def replay_events(
         max_evicted=_simulate.MAX_EVICTED,
         line_limit=_files.MAX_LINE_BYTES,
     )
+    try:
+        stats.size = os.path.getsize(path)  # for the progress bar, which ticks on it
+    except OSError:
+        return None
     fleet.register_file(index, stats)
     if core.replay(path) is not None:
         return None
-    try:
-        stats.size = os.path.getsize(path)
-    except OSError:
-        stats.size = None
     stats.formats.add(_events.NAME)
     stats.lines = core.lines
     stats.position = core.position
