@@ -164,6 +164,8 @@ pub struct LineReader {
     file: File,
     /// Bytes still to be read from the file.
     remaining: u64,
+    /// Lines longer than this (its newline aside) may be refused with an error.
+    max_line: usize,
     buffer: Vec<u8>,
     start: usize,
     end: usize,
@@ -173,11 +175,13 @@ pub struct LineReader {
 }
 
 impl LineReader {
-    /// The file at `path`, read to its end or for `length` bytes.
-    pub fn open(path: &str, length: Option<u64>) -> io::Result<LineReader> {
+    /// The file at `path`, read to its end or for `length` bytes, in lines of at most
+    /// `max_line` bytes (a longer one may be an error).
+    pub fn open(path: &str, length: Option<u64>, max_line: usize) -> io::Result<LineReader> {
         Ok(LineReader {
             file: File::open(path)?,
             remaining: length.unwrap_or(u64::MAX),
+            max_line,
             buffer: vec![0; CHUNK],
             start: 0,
             end: 0,
@@ -215,6 +219,11 @@ impl LineReader {
                 self.start = 0;
             }
             if self.end == self.buffer.len() {
+                // A line longer than any the caller reads ends the reading here, before the
+                // buffer outgrows it (a file of one endless line must not fill memory).
+                if self.end > self.max_line {
+                    return Err(io::Error::other("a line over the line limit"));
+                }
                 self.buffer.resize(self.buffer.len() * 2, 0);
             }
             let room =
@@ -242,7 +251,7 @@ fn content(line: &[u8]) -> &[u8] {
 /// Whether the native replay reads every line of the file at `path`: lines of at most
 /// `limit` bytes, UTF-8, each blank or a call `Lines.feed` reads without a problem.
 pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scanned> {
-    let mut reader = LineReader::open(path, None)?;
+    let mut reader = LineReader::open(path, None, limit)?;
     let mut scratch = Scratch::default();
     let (mut number, mut calls) = (0u64, 0u64);
     // The first line decides what the file is (`files.Reader`): it must be read natively.
@@ -634,7 +643,8 @@ mod tests {
         let text = format!("a\n\n{long}\nb\r\nlast");
         std::fs::write(&path, &text).expect("written");
         let read = |length: Option<u64>| {
-            let mut reader = LineReader::open(path.to_str().expect("utf-8"), length).expect("open");
+            let mut reader =
+                LineReader::open(path.to_str().expect("utf-8"), length, usize::MAX).expect("open");
             let mut lines = Vec::new();
             while let Some(line) = reader.next_line().expect("read") {
                 lines.push(String::from_utf8(line.to_vec()).expect("utf-8"));
@@ -648,6 +658,11 @@ mod tests {
             read(Some(3)),
             (vec!["a\n".to_string(), "\n".to_string()], 3)
         );
+        // A line longer than the reader reads is an error once it outgrows the buffer.
+        let mut reader = LineReader::open(path.to_str().expect("utf-8"), None, 10).expect("open");
+        assert_eq!(reader.next_line().expect("read"), Some(&b"a\n"[..]));
+        reader.next_line().expect("read");
+        assert!(reader.next_line().is_err());
         std::fs::remove_file(&path).expect("removed");
     }
 

@@ -137,7 +137,7 @@ impl EventsReplay {
                 bytes
             }
         };
-        let mut reader = LineReader::open(path, Some(length))?;
+        let mut reader = LineReader::open(path, Some(length), limit)?;
         let mut number = 0u64;
         loop {
             let Inner { core, cold, .. } = inner;
