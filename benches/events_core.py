@@ -22,10 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fleet
-
 
 def core_only(path: Path, repeats: int) -> tuple[float, int]:
     """The Rust core's best CPU seconds over ``repeats`` replays of ``path``, and its calls."""
@@ -62,6 +58,11 @@ def main() -> None:
     parser.add_argument("--file", type=Path, default=None, help="a fleet JSONL written before")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    # fleet.py writes the fleet and replays it in a fresh process; it imports this file for
+    # its row of the Rust core alone, so this one imports it only here.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import fleet
+
     with tempfile.TemporaryDirectory(prefix="tripwire-events-") as tmp:
         path = args.file
         if path is None:
