@@ -499,3 +499,36 @@ def test_random_files(
     native, reference = both(monkeypatch, [path], settings=chosen)
     assert native == reference
     assert taken[before:] == [path]
+
+
+# Text made of JSON's pieces, to find where the native scanner and ``json.loads`` disagree on
+# what a line is: whatever it is, both paths must report the file alike.
+_PIECES = st.sampled_from(
+    ['{', '}', '[', ']', '"', ':', ',', '\\', 'u', '0', '1', '-', '.', 'e', '+', 'null', 'true',
+     'NaN', '-Infinity', ' ', '\t', '\r', '\x01', '\x7f', 'é', '\u3000', '\ud800', 'a', '"x"',
+     '"tool"', '"run"'],
+)  # fmt: skip
+fragment = st.lists(_PIECES, max_size=12).map("".join)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(
+        st.one_of(
+            fragment,
+            fragment.map(lambda f: '{"run": "r", "tool": "t", "args": ' + f + "}"),
+            fragment.map(lambda f: '{"tool": "t", "result": "' + f + '"}'),
+        ),
+        max_size=6,
+    )
+)
+def test_lines_of_json_pieces(
+    texts: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path_factory.mktemp("pieces") / "f.jsonl"
+    body = "".join(text + "\n" for text in [json.dumps(GOOD), *texts])
+    path.write_bytes(body.encode("utf-8", "surrogatepass"))
+    native, reference = both(monkeypatch, [str(path)])
+    assert native == reference
