@@ -363,6 +363,9 @@ pub struct TableReplay {
     /// their entries in that order (`Fleet.tool`), as the per-call path would.
     pub tools_heard: Vec<Arc<str>>,
     heard: crate::guard::NameMap<()>,
+    /// Every text given is known to be UTF-8 (the events replay reads only such lines, and
+    /// unescapes nothing else): not checked again.
+    pub texts_utf8: bool,
 }
 
 fn text(cell: Cell<'_>) -> Option<&[u8]> {
@@ -388,7 +391,7 @@ fn tokens(n: u64) -> u64 {
 /// a `\\u` escape that could spell one. Conservative: such results go to the reference.
 /// One pass over the text, from quote to quote and backslash to backslash (a search for
 /// each name was a pass each, over results that are often long).
-fn may_be_envelope(text: &str) -> bool {
+fn may_be_envelope(bytes: &[u8]) -> bool {
     const NAMES: [&[u8]; 5] = [
         b"type\"",
         b"role\"",
@@ -396,7 +399,6 @@ fn may_be_envelope(text: &str) -> bool {
         b"tool_use_id\"",
         b"tool_call_id\"",
     ];
-    let bytes = text.as_bytes();
     let mut i = 0;
     while let Some(at) = crate::jsonl::find(b'"', &bytes[i..]) {
         let rest = &bytes[i + at + 1..];
@@ -461,6 +463,7 @@ impl TableReplay {
             too_long: Default::default(),
             tools_heard: Vec::new(),
             heard: Default::default(),
+            texts_utf8: false,
         }
     }
 
@@ -525,7 +528,9 @@ impl TableReplay {
 
     /// The native key of a call, or `None` where only the reference keys it.
     fn native_key(&mut self, tool: &[u8], args: &[u8], volatile: bool) -> Option<Key> {
-        if args.starts_with(b"\xEF\xBB\xBF") || std::str::from_utf8(args).is_err() {
+        if args.starts_with(b"\xEF\xBB\xBF")
+            || !(self.texts_utf8 || std::str::from_utf8(args).is_ok())
+        {
             return None; // json.loads refuses a BOM in a str; only valid UTF-8 is read here
         }
         let names = if volatile {
@@ -1004,8 +1009,7 @@ impl TableReplay {
             return None;
         }
         let key = self.native_key(b"result", result, false)?;
-        // Valid UTF-8: `native_key` checked it.
-        if may_be_envelope(std::str::from_utf8(result).ok()?) {
+        if may_be_envelope(result) {
             return None;
         }
         Some(Outcome {
@@ -1060,10 +1064,12 @@ mod tests {
         assert!(empty_object(b"{}"));
         assert!(empty_object(b"{ \n }"));
         assert!(!empty_object(br#"{"a": null}"#));
-        assert!(!may_be_envelope(r#"{"ok": true, "text": "a type"}"#));
-        assert!(may_be_envelope(r#"{"type": "text"}"#));
-        assert!(may_be_envelope(r#"{"tool_use_id": null}"#));
-        assert!(may_be_envelope(r#"{"t\u0079pe": 1}"#));
+        assert!(!may_be_envelope(
+            r#"{"ok": true, "text": "a type"}"#.as_bytes()
+        ));
+        assert!(may_be_envelope(r#"{"type": "text"}"#.as_bytes()));
+        assert!(may_be_envelope(r#"{"tool_use_id": null}"#.as_bytes()));
+        assert!(may_be_envelope(r#"{"t\u0079pe": 1}"#.as_bytes()));
         // As a search for each name (its twin), on texts made of pieces of the names.
         let twin = |text: &str| {
             [
@@ -1094,7 +1100,7 @@ mod tests {
             let text: String = (0..(next() % 12))
                 .map(|_| pieces[(next() % 10) as usize])
                 .collect();
-            assert_eq!(may_be_envelope(&text), twin(&text), "{text}");
+            assert_eq!(may_be_envelope(text.as_bytes()), twin(&text), "{text}");
         }
     }
 

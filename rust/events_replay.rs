@@ -320,11 +320,14 @@ pub struct EventsReplay {
 
 impl EventsReplay {
     pub fn new(
-        core: TableReplay,
+        mut core: TableReplay,
         default_run: Vec<u8>,
         max_open: usize,
         max_evicted: usize,
     ) -> Self {
+        // Lines are replayed only once the pre-scan found them UTF-8 (those that are not are
+        // reported, never replayed), and unescaping makes nothing else.
+        core.texts_utf8 = true;
         EventsReplay {
             core,
             open: Lru::default(),
