@@ -409,16 +409,20 @@ def main() -> None:
         )
         size = one["jsonl"][0].stat().st_size
         jsonl = _replay(one["jsonl"], 1)
+        jsonl_per_call = _replay(one["jsonl"], 1, core="python")
+        from events_core import core_only
+
+        rust_seconds, _ = core_only(one["jsonl"][0], 1)
+        jsonl_rust = Replayed(rust_seconds, rust_seconds, 0, jsonl.summary)
         parquet = _replay(one["parquet"], 1)
         per_call = _replay(one["parquet"], 1, core="python")
-        jsonl_per_call = _replay(one["jsonl"], 1, core="python")
         part_jsonl = _replay(part["jsonl"], 1)
         part_parquet = _replay(part["parquet"], 1)
         jsonl1, jsonl2 = _replay(sharded["jsonl"], 1), _replay(sharded["jsonl"], 2)
         parquet1, parquet2 = _replay(sharded["parquet"], 1), _replay(sharded["parquet"], 2)
         otlp = _replay(spans["otlp"], 1)
         oi = _replay(spans["openinference"], 1)
-        same = [r.summary for r in (jsonl, parquet, per_call, jsonl_per_call, jsonl1, jsonl2,
+        same = [r.summary for r in (jsonl, jsonl_per_call, parquet, per_call, jsonl1, jsonl2,
                                     parquet1, parquet2, otlp, oi)]  # fmt: skip
         assert all(found == same[0] for found in same), same
         calls = args.calls
@@ -430,6 +434,7 @@ def main() -> None:
         print("a core: calls / CPU seconds of the replay (start-up left out); wall: the command")
         print(f"{'':40}{'wall s':>8}{'MB/s':>9}{'calls/s':>11}{'a core':>11}   target")
         _row("JSONL (events), native core", jsonl, calls, size, "200 MB/s a core")
+        _row("JSONL (events), its Rust core alone", jsonl_rust, calls, size, "")
         _row("JSONL (events), per call in Python", jsonl_per_call, calls, size, "")
         _row("Parquet, native core", parquet, calls, None, "2,000,000 calls/s a core")
         _row("Parquet, per call in Python", per_call, calls, None, "")

@@ -935,6 +935,23 @@ pub fn canonical_call_append(
     written
 }
 
+/// Where the first JSON value of `text` ends, as Python's `JSONDecoder.raw_decode(text)` reads
+/// it (no whitespace skipped before it; anything may follow it), or why there is none: the
+/// message and byte offset `json.JSONDecodeError` gives. Nesting deeper than
+/// [`PARSE_DEPTH_LIMIT`] is [`JsonError::TooDeep`] (Python goes deeper); integers of any
+/// length are read.
+pub fn value_end(text: &[u8]) -> Result<usize, JsonError> {
+    let volatile = VolatileNames::new(Vec::new());
+    let mut canon = Canon {
+        s: text,
+        volatile: &volatile,
+        int_digit_limit: usize::MAX,
+        out: Vec::with_capacity(text.len() + 16),
+        arena: Vec::new(),
+    };
+    canon.value(0, 0).map(|(_, end)| end)
+}
+
 /// [`canonical_call_into`] a new buffer.
 pub fn canonical_call(
     name: Text<'_>,

@@ -6,8 +6,10 @@ pub mod arrow_replay;
 pub mod call_ids;
 pub mod canon;
 pub mod counts;
+pub mod events_replay;
 pub mod guard;
 pub mod json;
+pub mod jsonl;
 pub mod key;
 pub mod name_map;
 pub mod numbers;
@@ -18,6 +20,8 @@ mod py_arrow;
 mod py_batch;
 #[cfg(feature = "python")]
 mod py_canon;
+#[cfg(feature = "python")]
+mod py_events;
 #[cfg(feature = "python")]
 mod py_guard;
 #[cfg(feature = "python")]
@@ -64,6 +68,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_guard::Guard>()?;
     m.add_class::<py_verdict::Verdict>()?;
     m.add_class::<py_arrow::TableReplay>()?;
+    m.add_class::<py_events::EventsReplay>()?;
     m.add("MAX_DEPTH", py_canon::MAX_DEPTH)?;
     m.add("CALL_ID_MEMORY", guard::CALL_ID_MEMORY)?;
     m.add("CACHE_ENTRIES", guard::CACHE_ENTRIES)?;

@@ -12,7 +12,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
 use crate::arrow_ffi::{self, Array, Column, FfiArray, FfiSchema, FfiStream, Kind, Schema, Stream};
-use crate::arrow_replay::{Cold, Row, Spec, Stop, StopDetail, TableReplay as Core};
+use crate::arrow_replay::{
+    Cold, Logged, Returned, Row, RunOut, Spec, Stop, StopDetail, TableReplay as Core,
+};
 use crate::guard::{Action, Outcome, Question};
 use crate::key::{key_hex, Key};
 use crate::py_canon::VolatileKeys;
@@ -51,9 +53,9 @@ fn allowed(column: &str, kind: Kind) -> bool {
 }
 
 /// The cold questions, answered by the guard's Python-facing code with the GIL taken.
-struct PyCold {
-    guard: Py<Guard>,
-    prices: Py<PyAny>,
+pub(crate) struct PyCold {
+    pub(crate) guard: Py<Guard>,
+    pub(crate) prices: Py<PyAny>,
 }
 
 fn text_str<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
@@ -103,22 +105,40 @@ impl Cold for PyCold {
     fn describe(
         &mut self,
         tool: &[u8],
-        result: &[u8],
+        result: Returned<'_>,
         error: Option<bool>,
-    ) -> PyResult<Outcome<Arc<str>>> {
+    ) -> PyResult<Result<Outcome<Arc<str>>, String>> {
         Python::attach(|py| {
             let name = text_str(py, tool);
-            let value = crate::py_reference::reference(py)?
-                .content_value
-                .bind(py)
-                .call1((text_str(py, result),))?;
+            let reference = crate::py_reference::reference(py)?;
+            let raw = match result {
+                Returned::Text(text) => text_str(py, text).into_any(),
+                // The line was read as JSON already: its value is what `json.loads` makes.
+                Returned::Value(text) => {
+                    reference.json_loads.bind(py).call1((text_str(py, text),))?
+                }
+            };
+            let value = reference.content_value.bind(py).call1((raw,))?;
             let error = error.map(|e| PyBool::new(py, e).to_owned().into_any());
             let none = py.None().into_bound(py);
             let outcome =
-                self.guard
+                match self
+                    .guard
                     .get()
-                    .outcome_of(py, &name, &value, error.as_ref(), &none, None)?;
-            Ok(Outcome {
+                    .outcome_of(py, &name, &value, error.as_ref(), &none, None)
+                {
+                    Ok(outcome) => outcome,
+                    // What the per-call path reports as "result not observed".
+                    Err(err)
+                        if err.is_instance_of::<PyRecursionError>(py)
+                            || err.is_instance_of::<PyTypeError>(py)
+                            || err.is_instance_of::<PyValueError>(py) =>
+                    {
+                        return Ok(Err(err.value(py).str()?.to_string()));
+                    }
+                    Err(err) => return Err(err),
+                };
+            Ok(Ok(Outcome {
                 result: outcome.result,
                 empty: outcome.empty,
                 failed: outcome.failed,
@@ -126,7 +146,7 @@ impl Cold for PyCold {
                 error: outcome
                     .error
                     .map(|t| Arc::from(t.bind(py).to_string_lossy().as_ref())),
-            })
+            }))
         })
     }
 
@@ -337,77 +357,7 @@ impl TableReplay {
         }
         let runs = PyList::empty(py);
         for run in core.finished.drain(..) {
-            let c = &run.counts;
-            let counts = PyTuple::new(
-                py,
-                [
-                    c.steps,
-                    c.steps_saved,
-                    c.turns,
-                    c.turns_saved,
-                    c.nudges,
-                    c.input_tokens,
-                    c.output_tokens,
-                    c.input_tokens_saved,
-                    c.output_tokens_saved,
-                    c.invalid_arguments,
-                    c.skipped_calls,
-                    c.results,
-                    c.results_unlinked,
-                ],
-            )?;
-            let costs = (c.cost, c.cost_guarded);
-            let stop = match &run.stop {
-                None => py.None().into_bound(py),
-                Some(stop) => {
-                    let lead = PyList::empty(py);
-                    for (step, action, tool, args) in &stop.lead {
-                        lead.append((*step, action.as_str(), &**tool, args.as_deref()))?;
-                    }
-                    (
-                        stop.step,
-                        stop.reason.as_str(),
-                        &*stop.tool,
-                        stop.repeats,
-                        key_hex(stop.key),
-                        stop.row,
-                        &stop.message,
-                        stop.call.1.as_deref(),
-                        lead,
-                    )
-                        .into_pyobject(py)?
-                        .into_any()
-                }
-            };
-            let nudges = PyList::empty(py);
-            for (tool, n) in &run.tool_nudges {
-                nudges.append((&**tool, *n))?;
-            }
-            let models = PyList::empty(py);
-            for (model, n) in &run.models {
-                models.append((model, *n))?;
-            }
-            let item = PyTuple::new(
-                py,
-                [
-                    PyString::new(py, &run.name).into_any(),
-                    counts.into_any(),
-                    costs.into_pyobject(py)?.into_any(),
-                    run.nudge
-                        .as_ref()
-                        .map(|(s, t)| (*s, &**t))
-                        .into_pyobject(py)?
-                        .into_any(),
-                    stop,
-                    PyString::new(py, std::str::from_utf8(&run.timeline).unwrap_or("")).into_any(),
-                    run.model.as_deref().into_pyobject(py)?.into_any(),
-                    run.reward.into_pyobject(py)?.into_any(),
-                    nudges.into_any(),
-                    models.into_any(),
-                    PyBool::new(py, run.estimated).to_owned().into_any(),
-                ],
-            )?;
-            runs.append(item)?;
+            runs.append(run_item(py, &run)?)?;
         }
         let problems = PyList::empty(py);
         for (row, message) in core.problems.drain(..) {
@@ -416,6 +366,90 @@ impl TableReplay {
         self.sink.bind(py).call1((runs, problems))?;
         Ok(())
     }
+}
+
+/// Arguments as the sink takes them: text as `str`, a JSON value's text as `bytes` (shown as
+/// the value), null as `None`.
+fn logged<'py>(py: Python<'py>, args: &Logged) -> Bound<'py, PyAny> {
+    match args {
+        Logged::Null => py.None().into_bound(py),
+        Logged::Text(text) => PyString::new(py, text).into_any(),
+        Logged::Value(text) => pyo3::types::PyBytes::new(py, text.as_bytes()).into_any(),
+    }
+}
+
+/// A finished run as the sink takes it (`arrow_core._Sink._run`'s arguments).
+pub(crate) fn run_item<'py>(py: Python<'py>, run: &RunOut) -> PyResult<Bound<'py, PyTuple>> {
+    let c = &run.counts;
+    let counts = PyTuple::new(
+        py,
+        [
+            c.steps,
+            c.steps_saved,
+            c.turns,
+            c.turns_saved,
+            c.nudges,
+            c.input_tokens,
+            c.output_tokens,
+            c.input_tokens_saved,
+            c.output_tokens_saved,
+            c.invalid_arguments,
+            c.skipped_calls,
+            c.results,
+            c.results_unlinked,
+        ],
+    )?;
+    let costs = (c.cost, c.cost_guarded);
+    let stop = match &run.stop {
+        None => py.None().into_bound(py),
+        Some(stop) => {
+            let lead = PyList::empty(py);
+            for (step, action, tool, args) in &stop.lead {
+                lead.append((*step, action.as_str(), &**tool, logged(py, args)))?;
+            }
+            (
+                stop.step,
+                stop.reason.as_str(),
+                &*stop.tool,
+                stop.repeats,
+                key_hex(stop.key),
+                stop.row,
+                &stop.message,
+                logged(py, &stop.call.1),
+                lead,
+            )
+                .into_pyobject(py)?
+                .into_any()
+        }
+    };
+    let nudges = PyList::empty(py);
+    for (tool, n) in &run.tool_nudges {
+        nudges.append((&**tool, *n))?;
+    }
+    let models = PyList::empty(py);
+    for (model, n) in &run.models {
+        models.append((model, *n))?;
+    }
+    PyTuple::new(
+        py,
+        [
+            PyString::new(py, &run.name).into_any(),
+            counts.into_any(),
+            costs.into_pyobject(py)?.into_any(),
+            run.nudge
+                .as_ref()
+                .map(|(s, t)| (*s, &**t))
+                .into_pyobject(py)?
+                .into_any(),
+            stop,
+            PyString::new(py, std::str::from_utf8(&run.timeline).unwrap_or("")).into_any(),
+            run.model.as_deref().into_pyobject(py)?.into_any(),
+            run.reward.into_pyobject(py)?.into_any(),
+            nudges.into_any(),
+            models.into_any(),
+            PyBool::new(py, run.estimated).to_owned().into_any(),
+        ],
+    )
 }
 
 #[pymethods]

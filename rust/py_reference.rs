@@ -56,6 +56,7 @@ reference!(
     infer_policy,
     describe_result,
     content_value,
+    json_loads,
     question_of,
     verdict_message,
     // snapshots

@@ -130,3 +130,33 @@ class TableReplay:
     def row(self, row: int) -> None: ...
     @property
     def turns(self) -> int: ...
+
+@final
+class EventsReplay:
+    """An events JSONL file replayed natively (``tripwire.replay.events_core``)."""
+
+    def __new__(
+        cls,
+        guard: Guard,
+        /,
+        *,
+        observe: bool,
+        prices: Callable[[str | None], tuple[float, float, float, float]],
+        sink: Callable[
+            [list[tuple[tuple[Any, ...], int, int]], list[tuple[int, str]], list[str], int],
+            object,
+        ],
+        default_run: str,
+        max_open: int,
+        max_evicted: int,
+        line_limit: int,
+    ) -> EventsReplay: ...
+    def replay(self, path: str, /) -> str | None: ...
+    @property
+    def lines(self) -> int: ...
+    @property
+    def turns(self) -> int: ...
+    @property
+    def split_runs(self) -> int: ...
+    @property
+    def position(self) -> int: ...

@@ -45,6 +45,9 @@ configuration, cold paths and every text.
   transient failures, a policy's settings); the plain ones the native core reads itself.
 - ``content_value``: the value of a result given as JSON text in a table of calls
   (``tripwire.replay``'s Arrow core), read as the reference reads a tool's text result.
+- ``json_loads``: ``json.loads``, for a result the JSONL events' native replay holds as a
+  JSON value's text (an object, a list, ``null``) that ``content_value`` must read as the
+  value the line's decoder made of it. Cold: the commonest results are read natively.
 - ``question_of``: what a call asks, told only while a result in the window came back
   empty or failed.
 - ``verdict_message``: a verdict's message, built when it is read.
@@ -63,6 +66,7 @@ Snapshots (``tripwire._snapshot``): the configuration's part of the format, cold
 from __future__ import annotations
 
 from json import JSONDecodeError
+from json import loads as json_loads
 from sys import get_int_max_str_digits
 
 from tripwire._checks import check_call_id, check_flag, check_limits, check_verdict, unpack_call
@@ -118,6 +122,7 @@ __all__ = (
     "get_int_max_str_digits",
     "infer_policy",
     "invalid_json",
+    "json_loads",
     "json_text",
     "json_value",
     "normalise_at",

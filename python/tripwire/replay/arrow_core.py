@@ -15,6 +15,7 @@ reports it. ``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any, Final
@@ -107,7 +108,10 @@ def _prices(fleet: Fleet) -> Any:
 
 class _Sink:
     """Finished runs and problems from the native core, into the fleet as ``Fleet.feed``
-    would have put them."""
+    would have put them. ``format``, ``_location``: what the runs' results say of where they
+    are (``events_core`` replays JSONL lines through the same core)."""
+
+    format = "table"
 
     def __init__(self, fleet: Fleet, stats: FileStats) -> None:
         self.fleet = fleet
@@ -135,6 +139,8 @@ class _Sink:
         nudges: list[tuple[str, int]],
         models: list[tuple[str, int]],
         estimated: bool,
+        line: int | None = None,
+        part: int = 1,
     ) -> None:
         fleet = self.fleet
         for tool, count in nudges:
@@ -156,14 +162,14 @@ class _Sink:
         source: Source = "estimated" if estimated else "none"
         if stop is None:
             result = RunResult(
-                name, path, None, "table", 1, counts, nudge_step, nudge_tool, None, None,
-                None, None, None, None, None, None, (), source, timeline, model, reward,
+                name, path, line, self.format, part, counts, nudge_step, nudge_tool, None,
+                None, None, None, None, None, None, None, (), source, timeline, model, reward,
             )  # fmt: skip
         else:
             step, reason, tool, repeats, key, row, message, args, lead = stop
             result = RunResult(
-                name, path, None, "table", 1, counts, nudge_step, nudge_tool, step, reason,
-                tool, repeats, key, location(path, None, f"row {row}"),
+                name, path, line, self.format, part, counts, nudge_step, nudge_tool, step,
+                reason, tool, repeats, key, self._location(row),
                 _preview(_call(tool, args), self.volatile), message,
                 tuple((s, action, lead_preview(_call(t, a))) for s, action, t, a in lead),
                 source, timeline, model, reward,
@@ -171,10 +177,18 @@ class _Sink:
         self.stats.runs += 1
         fleet.add_result(result)
 
+    def _location(self, row: int) -> str:
+        return location(self.stats.path, None, f"row {row}")
 
-def _call(tool: str, args: str | None) -> tuple[str, Any, bool]:
-    """A call as the table format makes it: JSON text, or ``{}`` for null arguments."""
-    return (tool, args, True) if args is not None else (tool, {}, False)
+
+def _call(tool: str, args: str | bytes | None) -> tuple[str, Any, bool]:
+    """A call as the format made it: JSON text, ``{}`` for null arguments, or (``bytes``, from
+    the events format) the text of a JSON value, which the call held as that value."""
+    if args is None:
+        return (tool, {}, False)
+    if isinstance(args, bytes):
+        return (tool, json.loads(args), False)
+    return (tool, args, True)
 
 
 def _native(fleet: Fleet, plan: dict[str, str], stats: FileStats, too_long: dict[str, str]) -> Any:

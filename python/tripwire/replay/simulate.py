@@ -1178,6 +1178,12 @@ def replay_file(
         native = arrow_core.replay_parquet(fleet, index, path, columns)
         if native is not None:
             return _finished(fleet, native)
+    elif path != STDIN:
+        from tripwire.replay import events_core
+
+        native = events_core.replay_events(fleet, index, path, tick)
+        if native is not None:
+            return _finished(fleet, native)
     file_tick = None if tick is None else _bind(tick, stats)
     reader = Reader(
         label,

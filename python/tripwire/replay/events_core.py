@@ -1,0 +1,153 @@
+"""The native replay of the events format's JSONL (``formats.events``): a file's lines read and
+replayed in Rust (``tripwire._core.EventsReplay``, over ``rust/events_replay.rs``, which puts
+each call through the same per-run core as ``arrow_core``), no Python object a line, the GIL
+released. ``Fleet`` fed by ``formats.files.Reader`` (one call at a time, in Python) is the
+reference, and this path must give byte-identical results (``tests/test_events_native.py``).
+
+Taken where it applies, else the per-call path is (``replay_events`` returns ``None``): the
+native guard, no ``on_call`` sink (``--calls-out``, ``--html``), a file on disk (not stdin),
+neither gzip nor any binary format, no byte-order mark, whose first line the events format
+claims, and every line of which the native reader reads as ``Lines.feed`` would without a
+problem: blank, or one JSON object with a ``tool`` (a non-empty string), a ``run``/``run_id``
+that is a name or none, no ``turn`` or ``usage``, strings free of lone surrogates, no line
+over ``files.MAX_LINE_BYTES``. Rust decides that in a pass over the file before replaying
+anything (``EventsReplay.replay`` says why it did not); any other file, a bad line
+anywhere, is read by the per-call path whole, which reports what it reports.
+``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from typing import Any, Final
+
+from tripwire.replay import arrow_core
+from tripwire.replay import simulate as _simulate
+from tripwire.replay.formats import FileStats, Problem, location
+from tripwire.replay.formats import events as _events
+from tripwire.replay.formats import files as _files
+from tripwire.replay.formats._base import FORMATS
+
+# Bytes looked at for a binary format's magic (``files.Reader._read`` peeks at 8).
+_HEAD: Final = 8
+
+
+def _first_line_is_events(path: str) -> bool:
+    """Whether the file starts as a JSONL file of the events format as ``files.Reader`` sees
+    it: no gzip or other magic, no byte-order mark, and a first non-blank line that is an
+    object the events format claims before any other format does (``Reader._line_value``)."""
+    limit = _files.MAX_LINE_BYTES
+    try:
+        # A regular file only: a pipe (``<(...)``) read here would lose what was read.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as raw:
+            head = raw.read(_HEAD)
+            if head.startswith((_files.GZIP_MAGIC, _files._BOM)):
+                return False
+            if any(fmt.magic is not None and head.startswith(fmt.magic) for fmt in FORMATS):
+                return False
+            raw.seek(0)
+            while True:
+                line = raw.readline(limit + 1)
+                if not line or len(line) > limit:
+                    return False  # empty, or a line the native pre-scan refuses too
+                if line.strip():
+                    break
+    except OSError:
+        return False  # the per-call path reports it
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    if type(value) is not dict:
+        return False
+    for fmt in FORMATS:
+        if fmt.document is not None and fmt.read is not None and fmt.document(value):
+            return False
+        if fmt.is_record is not None and fmt.is_record(value):
+            return fmt is _events.FORMAT
+    return False
+
+
+class _Sink(arrow_core._Sink):
+    """Finished runs, problems and the tools first heard of, into the fleet as ``Fleet.feed``
+    would have put them; progress to ``tick``."""
+
+    format = _events.NAME
+
+    def __init__(
+        self,
+        fleet: _simulate.Fleet,
+        stats: FileStats,
+        tick: Callable[[FileStats, int], None] | None,
+    ) -> None:
+        super().__init__(fleet, stats)
+        self.tick = tick
+
+    def __call__(  # type: ignore[override]
+        self,
+        runs: list[tuple[tuple[Any, ...], int, int]],
+        problems: list[tuple[int, str]],
+        tools: list[str],
+        position: int,
+    ) -> None:
+        fleet, stats = self.fleet, self.stats
+        # Made in the order the per-call path makes them (a tool's first nudge or stop).
+        for tool in tools:
+            fleet.tool(tool)
+        for line, message in problems:
+            stats.problems += 1
+            fleet.problem(Problem(stats.path, line, message))
+        for item, line, part in runs:
+            self._run(*(*item, line, part))
+        stats.position = position
+        if self.tick is not None:
+            self.tick(stats, position)
+
+    def _location(self, row: int) -> str:
+        return location(self.stats.path, row, None)
+
+
+def replay_events(
+    fleet: _simulate.Fleet,
+    index: int,
+    path: str,
+    tick: Callable[[FileStats, int], None] | None = None,
+) -> FileStats | None:
+    """Replays an events JSONL file natively into ``fleet``; ``None``: the per-call path
+    must (nothing was replayed)."""
+    if not arrow_core.enabled() or fleet.on_call is not None:
+        return None
+    if _simulate.MAX_OPEN_RUNS < 1 or not _first_line_is_events(path):
+        return None
+    from tripwire import _core
+
+    settings = fleet.settings
+    stats = FileStats(path)
+    core = _core.EventsReplay(
+        settings.guard(),
+        observe=settings.observe,
+        prices=arrow_core._prices(fleet),
+        sink=_Sink(fleet, stats, tick),
+        default_run=path,
+        max_open=_simulate.MAX_OPEN_RUNS,
+        max_evicted=_simulate.MAX_EVICTED,
+        line_limit=_files.MAX_LINE_BYTES,
+    )
+    try:
+        stats.size = os.path.getsize(path)  # for the progress bar, which ticks on it
+    except OSError:
+        return None
+    fleet.register_file(index, stats)
+    if core.replay(path) is not None:
+        return None
+    stats.formats.add(_events.NAME)
+    stats.lines = core.lines
+    stats.position = core.position
+    stats.turns += core.turns
+    fleet.split_runs += core.split_runs
+    return stats

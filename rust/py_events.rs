@@ -1,0 +1,197 @@
+//! `EventsReplay` for Python: an events JSONL file replayed natively (`events_replay.rs`),
+//! the file read here (no Python object a line), the GIL released while lines are replayed;
+//! cold questions answered as for a table (`py_arrow::PyCold`), finished runs handed to a
+//! sink in batches.
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+
+use crate::arrow_replay::TableReplay as Table;
+use crate::events_replay::{prescan, EventsReplay as Core, LineReader, Scanned};
+use crate::py_arrow::{run_item, PyCold};
+use crate::py_canon::VolatileKeys;
+use crate::py_guard::Guard;
+
+/// Lines replayed between two looks at what finished (with the GIL taken for the sink).
+const LINES_A_BATCH: u64 = 16_384;
+/// Finished runs that end a batch early (they wait in memory until handed over).
+const RUNS_A_BATCH: usize = 1024;
+
+struct Inner {
+    core: Core,
+    cold: PyCold,
+    limit: usize,
+    default_run: Vec<u8>,
+    lines: u64,
+    position: u64,
+}
+
+/// An events JSONL file replayed natively: `replay(path)`; finished runs, problems and the
+/// tools first heard of go to `sink(runs, problems, tools, position)` as they come.
+#[pyclass(frozen, module = "tripwire._core", name = "EventsReplay")]
+pub struct EventsReplay {
+    /// Fed by one thread at a time: the lock is only tried (see `TableReplay`).
+    inner: Mutex<Inner>,
+    sink: Py<PyAny>,
+}
+
+impl EventsReplay {
+    fn locked(&self) -> PyResult<std::sync::MutexGuard<'_, Inner>> {
+        self.inner
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("an EventsReplay is fed by one thread at a time"))
+    }
+
+    fn drain(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<()> {
+        let table = &mut inner.core.core;
+        if table.finished.is_empty() && table.problems.is_empty() && table.tools_heard.is_empty() {
+            return Ok(());
+        }
+        let runs = PyList::empty(py);
+        for run in table.finished.drain(..) {
+            runs.append((run_item(py, &run)?, run.line, run.part))?;
+        }
+        let problems = PyList::empty(py);
+        for (line, message) in table.problems.drain(..) {
+            problems.append((line, message))?;
+        }
+        let tools = PyList::empty(py);
+        for tool in table.tools_heard.drain(..) {
+            tools.append(PyString::new(py, &tool))?;
+        }
+        self.sink
+            .bind(py)
+            .call1((runs, problems, tools, inner.position))?;
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl EventsReplay {
+    /// `guard`: a native `Guard` with the replay's settings; `observe`: whether results are
+    /// given to the guard; `prices(model)`; `sink`; `default_run`: the run of a line that
+    /// names none (the file); `max_open`, `max_evicted`: `simulate.MAX_OPEN_RUNS` and
+    /// `MAX_EVICTED`; `line_limit`: `files.MAX_LINE_BYTES`.
+    #[new]
+    #[pyo3(signature = (guard, /, *, observe, prices, sink, default_run, max_open, max_evicted, line_limit))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        guard: Bound<'_, Guard>,
+        observe: bool,
+        prices: Py<PyAny>,
+        sink: Py<PyAny>,
+        default_run: String,
+        max_open: usize,
+        max_evicted: usize,
+        line_limit: usize,
+    ) -> PyResult<EventsReplay> {
+        if max_open == 0 {
+            return Err(PyValueError::new_err("max_open must be at least 1"));
+        }
+        let config = &guard.get().config;
+        let volatile = config.volatile.clone();
+        let default = VolatileKeys::from_arg(py, None)?;
+        let table = Table::new(
+            config.limits,
+            observe,
+            Arc::new(volatile.names().clone()),
+            Arc::new(default.names().clone()),
+            volatile.only_exact_str(),
+        );
+        let default_run = default_run.into_bytes();
+        Ok(EventsReplay {
+            inner: Mutex::new(Inner {
+                core: Core::new(table, default_run.clone(), max_open, max_evicted),
+                cold: PyCold {
+                    guard: guard.unbind(),
+                    prices,
+                },
+                limit: line_limit,
+                default_run,
+                lines: 0,
+                position: 0,
+            }),
+            sink,
+        })
+    }
+
+    /// Replays the file at `path` if every line of it is read natively; else replays
+    /// nothing and says why (`"line N: ..."`), for the per-call path to read it.
+    #[pyo3(signature = (path, /))]
+    fn replay(&self, py: Python<'_>, path: &str) -> PyResult<Option<String>> {
+        let mut guard = self.locked()?;
+        let inner = &mut *guard;
+        let (limit, default_run) = (inner.limit, inner.default_run.clone());
+        // Released: a pass over the file's bytes.
+        let scanned = py.detach(|| prescan(path, limit, &default_run));
+        let length = match scanned {
+            Err(err) => return Ok(Some(format!("cannot read: {err}"))),
+            Ok(Scanned::Unsupported(line, why)) => return Ok(Some(format!("line {line}: {why}"))),
+            Ok(Scanned::Lines { calls: 0, .. }) => return Ok(Some("no calls".into())),
+            Ok(Scanned::Lines { bytes, utf8, .. }) => {
+                inner.core.check_utf8 = !utf8;
+                bytes
+            }
+        };
+        let mut reader = LineReader::open(path, Some(length), limit)?;
+        let mut number = 0u64;
+        loop {
+            let Inner { core, cold, .. } = inner;
+            // Released: lines are read and decided in Rust; a cold question takes the GIL
+            // back for its moment (`PyCold`).
+            let batch = py.detach(|| -> PyResult<bool> {
+                let until = number + LINES_A_BATCH;
+                while number < until && core.core.finished.len() < RUNS_A_BATCH {
+                    let Some(line) = reader.next_line()? else {
+                        return Ok(true);
+                    };
+                    number += 1;
+                    if let Err(why) = core.line(cold, line, number)? {
+                        return Err(PyValueError::new_err(format!(
+                            "{path}: line {number} changed while it was replayed ({why})"
+                        )));
+                    }
+                }
+                Ok(false)
+            });
+            inner.lines = number;
+            inner.position = reader.position;
+            let done = batch?;
+            if done {
+                break;
+            }
+            self.drain(py, inner)?;
+        }
+        inner.core.end();
+        self.drain(py, inner)?;
+        Ok(None)
+    }
+
+    /// Lines read (blank ones too).
+    #[getter]
+    fn lines(&self) -> PyResult<u64> {
+        Ok(self.locked()?.lines)
+    }
+
+    /// Model calls (lines with a call).
+    #[getter]
+    fn turns(&self) -> PyResult<u64> {
+        Ok(self.locked()?.core.core.turns)
+    }
+
+    /// Runs that came back after being finished early (`Fleet.split_runs`).
+    #[getter]
+    fn split_runs(&self) -> PyResult<u64> {
+        Ok(self.locked()?.core.split_runs)
+    }
+
+    /// Bytes read.
+    #[getter]
+    fn position(&self) -> PyResult<u64> {
+        Ok(self.locked()?.position)
+    }
+}
