@@ -7,6 +7,7 @@ import gzip
 import io
 import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -892,6 +893,36 @@ def test_finished_runs_spill_to_disk(tmp_path: Path, monkeypatch: pytest.MonkeyP
     data = to_json(report)
     assert [run["run"] for run in data["runs"]] == names
     report.runs.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_pipe_is_read_once(tmp_path: Path, jobs: str) -> None:
+    # `tripwire replay <(zcat fleet.jsonl.gz)`: looking for Parquet's magic bytes in a pipe
+    # used to eat them, and the reader after it then waited for a writer that was gone.
+    import subprocess
+    import sys
+    import threading
+
+    pipes = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    rows = [{"run": "loop", "tool": "t", "args": {"q": 1}}] * 4
+
+    def write(pipe: Path) -> None:
+        with open(pipe, "w", encoding="utf-8") as out:
+            out.write("".join(json.dumps(row) + "\n" for row in rows))
+
+    writers = []
+    for pipe in pipes:
+        os.mkfifo(pipe)
+        writers.append(threading.Thread(target=write, args=(pipe,), daemon=True))
+        writers[-1].start()
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from tripwire.cli import main; main(sys.argv[1:])",
+         "replay", "--json", "--jobs", jobs, *map(str, pipes)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    summary = json.loads(done.stdout)["summary"]
+    assert (summary["runs"], summary["stopped"], summary["steps"]) == (2, 2, 8), done.stderr
 
 
 def test_a_run_store_takes_over_another_stores_files_in_order(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from tripwire.replay.simulate import (
     ToolStats,
     Totals,
     _expand,
+    _is_parquet,
     replay_file,
 )
 
@@ -197,9 +198,8 @@ def _size(paths: Iterable[str]) -> int:
 def _parquet_size(path: str) -> int | None:
     """A Parquet file's decoded size from its footer; ``None`` for another file (or one the
     replay will report: it is read in a worker all the same)."""
-    with open(path, "rb") as file:
-        if file.read(4) != b"PAR1":
-            return None
+    if not _is_parquet(path):
+        return None
     try:
         import pyarrow.parquet as pq
 

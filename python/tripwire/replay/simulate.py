@@ -69,6 +69,7 @@ import operator
 import os
 import pickle
 import shutil
+import stat
 import tempfile
 import weakref
 from collections import OrderedDict, deque
@@ -1226,8 +1227,12 @@ def _finished(fleet: Fleet, stats: FileStats) -> FileStats:
 
 
 def _is_parquet(path: str) -> bool:
-    """A Parquet file by its first bytes, as the readers detect it (``formats.table``)."""
+    """A Parquet file by its first bytes, as the readers detect it (``formats.table``). Only a
+    regular file is looked into: the bytes read from a pipe (``<(zcat ...)``) would be lost to
+    the reader that comes next, and Parquet is never read from one."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as raw:
             return raw.read(4) == b"PAR1"
     except OSError:
