@@ -952,6 +952,65 @@ def test_a_run_store_takes_over_another_stores_files_in_order(tmp_path: Path) ->
     assert not any(Path(p).exists() for p in own)
 
 
+@given(
+    kinds=st.lists(st.tuples(st.sampled_from("snr"), st.integers(0, 3)), max_size=60),
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    limit=st.sampled_from([0, 1, 2, 5, 20]),
+)
+@settings(max_examples=300, deadline=None)
+def test_runs_chosen_as_they_finish_are_those_chosen_after(
+    kinds: list[tuple[str, int]], cuts: list[int], limit: int
+) -> None:
+    # The report's choice made as runs finish, and merged file by file (--jobs), is the
+    # choice made by sorting every run: ties in money saved go to the earlier run.
+    def run(index: int, kind: str, saved: int) -> RunResult:
+        counts = simulate_module.Counts(
+            nudges=int(kind == "n"), cost=float(saved), cost_guarded=0.0
+        )
+        return RunResult(
+            f"r{index}", "f", None, "events", 1, counts,
+            stop_step=1 if kind == "s" else None,
+        )  # fmt: skip
+
+    runs = [run(i, kind, saved) for i, (kind, saved) in enumerate(kinds)]
+    stopped = sorted((r for r in runs if r.stopped), key=lambda r: (-r.cost_saved, int(r.run[1:])))
+    nudged = [r for r in runs if not r.stopped and r.nudges]
+    rest = [r for r in runs if not r.stopped and not r.nudges]
+    expected = (
+        (stopped[:limit] + nudged[:limit] + rest[:limit])[:limit]
+        if limit
+        else (stopped + nudged + rest)
+    )
+    whole = simulate_module.Selection(limit)
+    for r in runs:
+        whole.add(r)
+    assert whole.runs() == expected
+    merged = simulate_module.Selection(limit)
+    bounds = sorted({0, len(runs), *(min(c, len(runs)) for c in cuts)})
+    for start, end in itertools.pairwise(bounds):
+        part = simulate_module.Selection(limit)
+        for r in runs[start:end]:
+            part.add(r)
+        merged.merge(part)
+    assert merged.runs() == expected
+
+
+def test_the_table_lists_the_runs_chosen_as_they_finished(tmp_path: Path) -> None:
+    rows = [{"run": f"loop{i}", "tool": "t", "args": {"i": i}} for i in range(30) for _ in range(4)]
+    rows += [
+        {"run": f"ok{i}", "tool": "t", "args": {"step": j}} for i in range(30) for j in range(3)
+    ]
+    path = write_jsonl(tmp_path / "fleet.jsonl", rows)
+    for limit in (1, 7, 20):
+        chosen = replay([str(path)], limit=limit)
+        after = replay([str(path)], limit=0)
+        assert chosen.selection is not None and after.selection is None
+        assert render(chosen, limit=limit) == render(after, limit=limit)
+        assert render(chosen, limit=limit + 1) == render(after, limit=limit + 1)  # not its own
+        chosen.runs.close()
+        after.runs.close()
+
+
 def test_sums_cover_every_field() -> None:
     # Written out field by field for speed: a field added and not summed would be lost.
     fields = simulate_module._COUNT_FIELDS

@@ -286,7 +286,7 @@ def test_small_input_is_replayed_without_workers(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Starting the workers costs more than a few files are worth; a Parquet file counts
-    # what it decodes to, so the same fleet is as big in either layout.
+    # what it would decode to, roughly, so the same fleet is about as big in either layout.
     from tripwire.replay import parallel
 
     absorbed: list[str] = []

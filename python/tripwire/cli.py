@@ -427,6 +427,7 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             columns=columns,
             jobs=(os.cpu_count() or 1) if args.jobs is None else args.jobs,
             on_call=on_call,
+            limit=0 if args.json else args.limit,
         )
     except BaseException:
         if calls is not None:

@@ -40,6 +40,7 @@ from tripwire.replay.simulate import (
     Fleet,
     Report,
     RunStore,
+    Selection,
     Settings,
     ToolStats,
     Totals,
@@ -63,6 +64,7 @@ class Outcome:
     stats: FileStats
     spill: str
     runs: tuple[list[str], int]
+    selection: Selection | None
     totals: Totals
     tools: dict[str, ToolStats]
     problems: list[Problem]
@@ -80,6 +82,8 @@ class _Job:
     columns: Mapping[str, str] | None
     calls: bool
     keep: int
+    # The parent's ``Fleet.selection`` limit (0: none).
+    limit: int
     # The parent's private directory for the workers' files: removed whole at the end, so
     # an interrupted replay leaves nothing behind.
     directory: str
@@ -126,6 +130,7 @@ def _work(task: tuple[int, str]) -> Outcome:
                 keep_problems=job.keep,
                 on_call=spill.call if job.calls else None,
                 runs=runs,
+                limit=job.limit,
             )
             stats = replay_file(fleet, index, path, columns=job.columns)
             spill.flush()
@@ -140,6 +145,7 @@ def _work(task: tuple[int, str]) -> Outcome:
         stats=stats,
         spill=spill_path,
         runs=detached,
+        selection=fleet.selection,
         totals=totals,
         tools=tools,
         problems=fleet.problems,
@@ -177,7 +183,7 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
         fleet.models[model] = fleet.models.get(model, 0) + count
     fleet.split_runs += outcome.split_runs
     fleet.orphan_results += outcome.orphan_results
-    fleet.add_file(outcome.totals, outcome.tools, outcome.runs)
+    fleet.add_file(outcome.totals, outcome.tools, outcome.runs, outcome.selection)
     sink = fleet.on_call
     for items in _chunks(outcome.spill):
         if sink is not None:
@@ -185,29 +191,21 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
                 sink(row)
 
 
+# A Parquet file's bytes count this many times (tables of calls compress about that much: the
+# generated fleet's 12.8 MB of zstd decode to 212 MB), so that the threshold means work.
+PARQUET_EXPANSION: Final = 16
+
+
 def _size(paths: Iterable[str]) -> int:
-    """The input's size as text: a Parquet file counts what its columns decode to (its
-    metadata says; compressed, it is a twentieth of that), any other file its bytes."""
+    """The input's size as text, roughly: a Parquet file counts ``PARQUET_EXPANSION`` times
+    its bytes (its footer would say exactly, but reading it means importing pyarrow, 0.15 s
+    the parent would spend before any worker starts), any other file its bytes."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):
-            total += _parquet_size(path) or os.path.getsize(path)
+            size = os.path.getsize(path)
+            total += size * PARQUET_EXPANSION if _is_parquet(path) else size
     return total
-
-
-def _parquet_size(path: str) -> int | None:
-    """A Parquet file's decoded size from its footer; ``None`` for another file (or one the
-    replay will report: it is read in a worker all the same)."""
-    if not _is_parquet(path):
-        return None
-    try:
-        import pyarrow.parquet as pq
-
-        metadata = pq.read_metadata(path)
-        groups = range(metadata.num_row_groups)
-        return sum(int(metadata.row_group(group).total_byte_size) for group in groups)
-    except (ImportError, OSError, ValueError):  # no pyarrow, a bad footer: the replay says
-        return None
 
 
 class _Expansion:
@@ -253,7 +251,8 @@ def replay(
         outcomes: Iterator[Outcome] | None = None
     else:
         directory = tempfile.mkdtemp(prefix="tripwire-replay-")
-        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, directory)
+        limit = 0 if fleet.selection is None else fleet.selection.limit
+        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, limit, directory)
         # Not fork: the parent may have started pyarrow's threads (--calls-out), and a child
         # forked from a threaded process can hang on a lock held by a thread it lacks.
         method = "forkserver" if sys.platform == "linux" else "spawn"

@@ -40,19 +40,17 @@ Money is rounded to a millionth of a dollar; shares to six places; nothing else 
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable
 from typing import Any, Final, TextIO
 
 import tripwire
 from tripwire.replay.cost import BYTES_PER_TOKEN, Source, model_price
-from tripwire.replay.simulate import Report, RunResult
+from tripwire.replay.simulate import DEFAULT_LIMIT as DEFAULT_LIMIT  # runs the table lists
+from tripwire.replay.simulate import Report, RunResult, Selection
 
 SCHEMA: Final = "tripwire.replay/1"
 REASONS: Final = ("loop_detected", "no_progress")
-# Runs listed in the terminal table unless asked otherwise.
-DEFAULT_LIMIT: Final = 20
 # Tools listed in the terminal report.
 TOP_TOOLS: Final = 5
 # Looped runs whose stopped call is shown.
@@ -348,26 +346,11 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def _select(runs: Iterable[RunResult], limit: int) -> list[RunResult]:
-    """The runs to list, in one pass: stopped runs first, most money saved first; then runs
-    that were nudged; then the rest, in order. At most ``limit`` (0: all)."""
-    looped: list[tuple[float, int, RunResult]] = []
-    nudged: list[RunResult] = []
-    rest: list[RunResult] = []
-    for number, run in enumerate(runs):
-        if run.stopped:
-            item = (run.cost_saved, -number, run)
-            if not limit or len(looped) < limit:
-                heapq.heappush(looped, item)
-            elif item[:2] > looped[0][:2]:
-                heapq.heapreplace(looped, item)
-        elif run.nudges:
-            if not limit or len(nudged) < limit:
-                nudged.append(run)
-        elif not limit or len(rest) < limit:
-            rest.append(run)
-    ordered = [run for *_, run in sorted(looped, key=lambda item: item[:2], reverse=True)]
-    ordered += nudged + rest
-    return ordered[:limit] if limit else ordered
+    """The runs to list (``Selection``'s rule), in one pass. At most ``limit`` (0: all)."""
+    selection = Selection(limit)
+    for run in runs:
+        selection.add(run)
+    return selection.runs()
 
 
 def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
@@ -394,7 +377,10 @@ def render(report: Report, *, limit: int = DEFAULT_LIMIT) -> str:
         out.append("")
         out.append("No runs with model calls were found.")
     else:
-        shown = _select(runs, limit)
+        chosen = report.selection
+        shown = (
+            chosen.runs() if chosen is not None and chosen.limit == limit else _select(runs, limit)
+        )
         header = [
             "RUN", "STEPS", "NUDGES", "NUDGED AT", "STOPPED AT", "REASON", "STOPPED ON",
             "STEPS SAVED", "TOKENS SAVED", "COST", "GUARDED", "SAVED",

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import json
 import operator
 import os
@@ -559,6 +560,66 @@ class _Segments:
         self.paths = []
 
 
+# Runs listed in the terminal table unless asked otherwise (``Selection``).
+DEFAULT_LIMIT: Final = 20
+
+
+class Selection:
+    """The runs the terminal report lists, chosen in one pass as runs finish: stopped runs
+    first, most money saved first (the earlier run on a tie); then runs that were nudged;
+    then the rest, in the order they finished. At most ``limit`` (0: all, every run kept).
+
+    A fleet chooses them as its runs finish, so that the report need not read every run back;
+    a ``--jobs`` worker's choice among its file's runs is merged into the parent's (``merge``)
+    as if its runs had finished there: the top runs of the whole are among each file's."""
+
+    __slots__ = ("_count", "_nudged", "_rest", "_stopped", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._count = 0
+        # A min-heap of (money saved, -number, run): the best ``limit`` at the end.
+        self._stopped: list[tuple[float, int, RunResult]] = []
+        self._nudged: list[RunResult] = []
+        self._rest: list[RunResult] = []
+
+    def add(self, run: RunResult) -> None:
+        number = self._count
+        self._count += 1
+        self._place(run.counts.cost_saved, -number, run)
+
+    def _place(self, saved: float, rank: int, run: RunResult) -> None:
+        limit = self.limit
+        if run.stop_step is not None:
+            item = (saved, rank, run)
+            stopped = self._stopped
+            if not limit or len(stopped) < limit:
+                heapq.heappush(stopped, item)
+            elif item[:2] > stopped[0][:2]:
+                heapq.heapreplace(stopped, item)
+        elif run.counts.nudges:
+            if not limit or len(self._nudged) < limit:
+                self._nudged.append(run)
+        elif not limit or len(self._rest) < limit:
+            self._rest.append(run)
+
+    def merge(self, other: Selection) -> None:
+        """``other``'s runs (chosen with the same limit), as if they finished here next."""
+        offset = self._count
+        for saved, rank, run in other._stopped:
+            self._place(saved, rank - offset, run)
+        for run in other._nudged:
+            self._place(0.0, 0, run)
+        for run in other._rest:
+            self._place(0.0, 0, run)
+        self._count += other._count
+
+    def runs(self) -> list[RunResult]:
+        ordered = [run for *_, run in sorted(self._stopped, key=lambda i: i[:2], reverse=True)]
+        ordered += self._nudged + self._rest
+        return ordered[: self.limit] if self.limit else ordered
+
+
 @dataclass(slots=True)
 class Report:
     """Everything a replay found: per run, per file, per tool, the totals and the bad input."""
@@ -576,6 +637,9 @@ class Report:
     # trace files): counted and reported, not bad input; the first ``keep_problems`` listed.
     without_calls: list[Problem] = field(default_factory=list)
     without_calls_total: int = 0
+    # The runs the terminal report lists with this limit, chosen as they finished (else the
+    # report chooses them, reading every run back).
+    selection: Selection | None = None
 
     @property
     def bad_input(self) -> bool:
@@ -618,8 +682,12 @@ class Fleet:
         on_problem: Callable[[Problem], None] | None = None,
         on_call: CallSink | None = None,
         runs: RunStore | None = None,
+        limit: int = 0,
     ) -> None:
         self.settings = settings
+        # The runs the report will list, chosen as they finish (none: ``limit`` 0, where
+        # every run would be kept in memory).
+        self.selection = Selection(limit) if limit > 0 else None
         self.on_call = on_call
         self._cost = settings.prices.cost
         self._volatile = settings.volatile_keys
@@ -735,14 +803,23 @@ class Fleet:
         return self._totals, self.tools
 
     def add_file(
-        self, totals: Totals, tools: dict[str, ToolStats], runs: tuple[list[str], int]
+        self,
+        totals: Totals,
+        tools: dict[str, ToolStats],
+        runs: tuple[list[str], int],
+        selection: Selection | None,
     ) -> None:
         """A file replayed in another process (``tripwire.replay.parallel``), after
-        ``register_file``: its sums (``file_sums``) and its runs (``RunStore.detach``)."""
+        ``register_file``: its sums (``file_sums``), its runs (``RunStore.detach``) and
+        those it chose for the report (with this fleet's limit)."""
         self._file_totals.merge(totals)
         for name, stats in tools.items():
             self._tool(name).merge(stats)
         self._runs.adopt(*runs)
+        if self.selection is not None and selection is not None:
+            self.selection.merge(selection)
+        elif self.selection is not None:
+            raise ValueError("a file's runs came without the choice of the runs to list")
 
     def close_file(self, file_index: int) -> None:
         # Runs still open are finished in the order they started.
@@ -788,6 +865,8 @@ class Fleet:
         another process too: ``tripwire.replay.parallel``)."""
         self._runs.append(result)
         self._file_totals.add(result)
+        if self.selection is not None:
+            self.selection.add(result)
         if result.stop_step is not None and result.tool is not None:
             tool = self._tool(result.tool)
             tool.stops += 1
@@ -1081,6 +1160,7 @@ class Fleet:
             models=self.models,
             without_calls=self.without_calls,
             without_calls_total=self.without_calls_total,
+            selection=self.selection,
         )
 
 
@@ -1136,6 +1216,7 @@ def replay(
     columns: Mapping[str, str] | None = None,
     jobs: int = 1,
     on_call: CallSink | None = None,
+    limit: int = DEFAULT_LIMIT,
 ) -> Report:
     """Replays every trace file in ``paths`` (``"-"`` is ``stdin``; an object with
     ``__arrow_c_stream__`` is a table of calls) and reports.
@@ -1143,8 +1224,10 @@ def replay(
     ``on_problem`` hears of bad input as it is found; ``tick(file, position)`` of progress;
     ``columns``: a table's column names for ours (see ``formats.table``); ``jobs``: processes
     the files are shared among (``tripwire.replay.parallel``; the report is the same);
-    ``on_call`` hears of every call with its verdict (``CallRow``)."""
-    fleet = Fleet(settings or Settings(), on_problem=on_problem, on_call=on_call)
+    ``on_call`` hears of every call with its verdict (``CallRow``); ``limit``: the runs the
+    terminal report will list (``render``'s ``limit``), chosen as runs finish (0: none chosen
+    ahead; the report chooses them itself, whatever its limit)."""
+    fleet = Fleet(settings or Settings(), on_problem=on_problem, on_call=on_call, limit=limit)
     if jobs > 1:
         from tripwire.replay import parallel
 
