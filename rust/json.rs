@@ -806,7 +806,7 @@ fn short_string(s: &[u8], start: usize) -> Option<ShortString> {
 /// The first offset from `i` on that ends a run of a string's plain characters: a quote,
 /// a backslash, a control character, or the end of the text.
 #[inline(always)]
-fn string_stop(s: &[u8], mut i: usize) -> usize {
+pub(crate) fn string_stop(s: &[u8], mut i: usize) -> usize {
     while let Some(Ok(chunk)) = s.get(i..i + 16).map(<&[u8; 16]>::try_from) {
         let stops = string_stops(chunk);
         if stops != 0 {
@@ -823,7 +823,7 @@ fn string_stop(s: &[u8], mut i: usize) -> usize {
 /// Bit k set when byte k of `chunk` is a quote, a backslash or a control character.
 #[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
 #[inline(always)]
-fn string_stops(chunk: &[u8; 16]) -> u32 {
+pub(crate) fn string_stops(chunk: &[u8; 16]) -> u32 {
     use std::arch::x86_64::{
         __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8,
@@ -840,7 +840,7 @@ fn string_stops(chunk: &[u8; 16]) -> u32 {
 }
 
 #[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
-fn string_stops(chunk: &[u8; 16]) -> u32 {
+pub(crate) fn string_stops(chunk: &[u8; 16]) -> u32 {
     chunk.iter().enumerate().fold(0, |mask, (k, &b)| {
         mask | u32::from(b == b'"' || b == b'\\' || b < 0x20) << k
     })

@@ -11,7 +11,7 @@
 //! longer than [`INT_DIGITS`]), so that nothing it accepts reads differently there.
 
 use crate::canon::is_python_whitespace;
-use crate::json::{self, char_index, JsonError, MIN_INT_DIGIT_LIMIT};
+use crate::json::{self, char_index, string_stop, string_stops, JsonError, MIN_INT_DIGIT_LIMIT};
 
 /// Containers nested deeper than this are left to the per-call path: far below the key
 /// contract's 256 (so no call is refused for its depth) and Python's recursion limit.
@@ -641,49 +641,6 @@ impl<'a> Scanner<'a> {
             }
         }
     }
-}
-
-/// The first offset from `i` on that ends a run of a string's plain characters: a quote,
-/// a backslash, a control character, or the end of the text.
-#[inline(always)]
-fn string_stop(s: &[u8], mut i: usize) -> usize {
-    while let Some(Ok(chunk)) = s.get(i..i + 16).map(<&[u8; 16]>::try_from) {
-        let stops = string_stops(chunk);
-        if stops != 0 {
-            return i + stops.trailing_zeros() as usize;
-        }
-        i += 16;
-    }
-    while i < s.len() && s[i] != b'"' && s[i] != b'\\' && s[i] >= 0x20 {
-        i += 1;
-    }
-    i
-}
-
-/// Bit k set when byte k of `chunk` is a quote, a backslash or a control character.
-#[cfg(all(target_arch = "x86_64", not(feature = "portable")))]
-#[inline(always)]
-fn string_stops(chunk: &[u8; 16]) -> u32 {
-    use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
-    };
-    // SAFETY: SSE2 is always available on x86_64; the load reads exactly `chunk`.
-    unsafe {
-        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
-        // Unsigned `v < 0x20` is `min(v, 0x1f) == v`.
-        let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
-        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
-        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
-        _mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, backslash))) as u32
-    }
-}
-
-#[cfg(not(all(target_arch = "x86_64", not(feature = "portable"))))]
-fn string_stops(chunk: &[u8; 16]) -> u32 {
-    chunk.iter().enumerate().fold(0, |mask, (k, &b)| {
-        mask | u32::from(b == b'"' || b == b'\\' || b < 0x20) << k
-    })
 }
 
 /// The offset of the first `needle` in `haystack` (a `memchr`).

@@ -19,6 +19,7 @@ import pytest
 import tripwire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_arrow_core import SETTINGS  # the default, hash-only, policies, thresholds
 from test_replay_fleet import cli, fleet_generator
 from tripwire.replay import Settings, events_core, replay, simulate, to_json
 from tripwire.replay.formats import files as files_module
@@ -72,23 +73,6 @@ def lines(path: Path, records: list[Any], *, raw: str = "") -> str:
     text = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
     path.write_text(text + raw, encoding="utf-8")
     return str(path)
-
-
-# The default guard, the hash-only one, declared policies, other volatile keys and thresholds.
-SETTINGS = (
-    Settings(),
-    Settings(observe=False),
-    Settings(
-        tools={
-            "job_status": {"policy": "poll", "max_polls": 5},
-            "write_file": "write",
-            "read_file": "read",
-            "search": "volatile",
-        },
-        volatile_keys=frozenset({"q", "since"}),
-    ),
-    Settings(window=5, nudge_at=3, stop_at=4),
-)
 
 
 def test_the_generated_fleet_byte_identical(
