@@ -228,10 +228,9 @@ def replay_parquet(
     if native is None:
         return None
     stats = FileStats(path, size=os.path.getsize(path))
-    reader = _files.Reader(path, stats, results=fleet.settings.observe, columns=columns)
-    stats.formats.add(table.NAME)
-    fleet.register_file(index, stats)
-    core = _native(fleet, native, stats, _too_long(pa, parquet.schema_arrow, native))
+    reader, core = _begin(
+        fleet, index, stats, columns, native, _too_long(pa, parquet.schema_arrow, native)
+    )
     wanted = list(dict.fromkeys(plan.values()))
     try:
         for batch in table._row_groups(reader, parquet, wanted):
@@ -242,12 +241,8 @@ def replay_parquet(
             stats.lines += batch.num_rows
             core.feed_batch(batch)
     except (pa.ArrowException, OSError) as exc:
-        stats.unreadable = True
-        message = f"corrupt or truncated; not read past row {core.row}: {exc}"
-        _problem(fleet, stats, reader.problem(None, message))
-    core.finish()
-    stats.turns += core.turns
-    return stats
+        _unreadable(fleet, stats, reader, core, exc)
+    return _end(stats, core)
 
 
 def replay_stream(
@@ -272,19 +267,14 @@ def replay_stream(
         # Consumed by from_stream: the per-call path reads the reader instead.
         raise _Fallback(reader)
     stats = FileStats(label)
-    source = _files.Reader(label, stats, results=fleet.settings.observe, columns=columns)
-    stats.formats.add(table.NAME)
-    fleet.register_file(index, stats)
-    core = _native(fleet, native, stats, _too_long(pa, reader.schema, native))
+    source, core = _begin(
+        fleet, index, stats, columns, native, _too_long(pa, reader.schema, native)
+    )
     try:
         stats.lines += core.feed_stream(reader)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        stats.unreadable = True
-        message = f"corrupt or truncated; not read past row {core.row}: {exc}"
-        _problem(fleet, stats, source.problem(None, message))
-    core.finish()
-    stats.turns += core.turns
-    return stats
+        _unreadable(fleet, stats, source, core, exc)
+    return _end(stats, core)
 
 
 class _Fallback(Exception):
@@ -293,6 +283,37 @@ class _Fallback(Exception):
     def __init__(self, reader: Any) -> None:
         super().__init__("per-call path")
         self.reader = reader
+
+
+def _begin(
+    fleet: Fleet,
+    index: int,
+    stats: FileStats,
+    columns: Mapping[str, str] | None,
+    native: dict[str, str],
+    too_long: dict[str, str],
+) -> tuple[_files.Reader, Any]:
+    """A table's replay begun: the reader its problems are worded by, and the native core."""
+    from tripwire.replay.formats import table
+
+    reader = _files.Reader(stats.path, stats, results=fleet.settings.observe, columns=columns)
+    stats.formats.add(table.NAME)
+    fleet.register_file(index, stats)
+    return reader, _native(fleet, native, stats, too_long)
+
+
+def _unreadable(
+    fleet: Fleet, stats: FileStats, reader: _files.Reader, core: Any, exc: Exception
+) -> None:
+    stats.unreadable = True
+    message = f"corrupt or truncated; not read past row {core.row}: {exc}"
+    _problem(fleet, stats, reader.problem(None, message))
+
+
+def _end(stats: FileStats, core: Any) -> FileStats:
+    core.finish()
+    stats.turns += core.turns
+    return stats
 
 
 def _problem(fleet: Fleet, stats: FileStats, problem: Problem) -> None:
