@@ -872,7 +872,8 @@ fn decimal_is_its_repr(literal: &[u8]) -> bool {
     significant <= 15
 }
 
-fn hex4(digits: &[u8]) -> Option<u32> {
+/// The value of four hex digits, or `None` if one is not.
+pub(crate) fn hex4(digits: &[u8]) -> Option<u32> {
     digits.iter().try_fold(0u32, |acc, &d| {
         let v = (d as char).to_digit(16)?;
         Some(acc << 4 | v)

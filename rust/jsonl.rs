@@ -453,30 +453,10 @@ impl<'a> Scanner<'a> {
     fn decode_escape(&self, at: usize, out: &mut [u8; 4]) -> Result<(usize, usize, Escapes), Why> {
         let s = self.s;
         let (len, kind) = self.escape(at)?;
+        let (code, consumed) = escaped(&s[at..]);
         if kind == Escapes::Plain {
-            out[0] = match s[at + 1] {
-                b'b' => 0x08,
-                b'f' => 0x0c,
-                b'n' => b'\n',
-                b'r' => b'\r',
-                b't' => b'\t',
-                other => other, // '"', '\\', '/'
-            };
+            out[0] = code as u8;
             return Ok((1, len, kind));
-        }
-        let mut code = hex4(&s[at + 2..at + 6]);
-        let mut consumed = 6;
-        // A high surrogate followed by an escaped low one is one character (as in CPython).
-        if (0xd800..=0xdbff).contains(&code)
-            && s.get(at + 6..at + 8) == Some(b"\\u")
-            && s.get(at + 8..at + 12)
-                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-        {
-            let low = hex4(&s[at + 8..at + 12]);
-            if (0xdc00..=0xdfff).contains(&low) {
-                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-                consumed = 12;
-            }
         }
         let Some(c) = char::from_u32(code) else {
             return Err("a lone surrogate in a string");
@@ -682,10 +662,28 @@ fn equal_mask(chunk: &[u8; 16], needle: u8) -> u32 {
         .fold(0, |mask, (k, &b)| mask | u32::from(b == needle) << k)
 }
 
-fn hex4(digits: &[u8]) -> u32 {
-    digits.iter().fold(0u32, |acc, &d| {
-        acc << 4 | (d as char).to_digit(16).unwrap_or(0)
-    })
+/// The code point of the escape `raw` begins with (its backslash; an escape the scanner
+/// accepted) and the bytes it spans. An escaped high surrogate followed by an escaped low one
+/// is one character, as in CPython; any other surrogate is itself.
+#[inline(always)]
+fn escaped(raw: &[u8]) -> (u32, usize) {
+    let code = match raw[1] {
+        b'u' => json::hex4(&raw[2..6]).unwrap_or(0),
+        b'b' => return (0x08, 2),
+        b'f' => return (0x0c, 2),
+        b'n' => return (u32::from(b'\n'), 2),
+        b'r' => return (u32::from(b'\r'), 2),
+        b't' => return (u32::from(b'\t'), 2),
+        other => return (u32::from(other), 2), // '"', '\\', '/'
+    };
+    if (0xd800..=0xdbff).contains(&code) && raw.get(6..8) == Some(b"\\u") {
+        if let Some(low) = raw.get(8..12).and_then(json::hex4) {
+            if (0xdc00..=0xdfff).contains(&low) {
+                return (0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00), 12);
+            }
+        }
+    }
+    (code, 6)
 }
 
 /// Appends the content of a string the scanner accepted (`raw`: between its quotes),
@@ -700,32 +698,11 @@ pub fn unescape(raw: &[u8], out: &mut Vec<u8>) -> bool {
             break;
         };
         push_short(out, &raw[i..i + at]);
-        i += at + 1;
-        let escape = raw[i];
-        if escape != b'u' {
-            out.push(match escape {
-                b'b' => 0x08,
-                b'f' => 0x0c,
-                b'n' => b'\n',
-                b'r' => b'\r',
-                b't' => b'\t',
-                other => other, // '"', '\\', '/'
-            });
-            i += 1;
+        let (code, consumed) = escaped(&raw[i + at..]);
+        i += at + consumed;
+        if code < 0x80 {
+            out.push(code as u8); // '\"', '\\', '\n'...: most escapes in JSON text
             continue;
-        }
-        let mut code = hex4(&raw[i + 1..i + 5]);
-        i += 5;
-        // A high surrogate followed by an escaped low one is one character (as in CPython).
-        if (0xd800..=0xdbff).contains(&code)
-            && raw.get(i..i + 2) == Some(b"\\u")
-            && i + 6 <= raw.len()
-        {
-            let low = hex4(&raw[i + 2..i + 6]);
-            if (0xdc00..=0xdfff).contains(&low) {
-                code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-                i += 6;
-            }
         }
         match char::from_u32(code) {
             Some(c) => {
