@@ -586,12 +586,13 @@ class Selection:
     def add(self, run: RunResult) -> None:
         number = self._count
         self._count += 1
-        self._place(run.counts.cost_saved, -number, run)
+        self._place(run, -number)
 
-    def _place(self, saved: float, rank: int, run: RunResult) -> None:
+    def _place(self, run: RunResult, rank: int) -> None:
+        """``rank`` orders stopped runs of equal money saved: minus the run's number."""
         limit = self.limit
         if run.stop_step is not None:
-            item = (saved, rank, run)
+            item = (run.counts.cost_saved, rank, run)
             stopped = self._stopped
             if not limit or len(stopped) < limit:
                 heapq.heappush(stopped, item)
@@ -606,12 +607,10 @@ class Selection:
     def merge(self, other: Selection) -> None:
         """``other``'s runs (chosen with the same limit), as if they finished here next."""
         offset = self._count
-        for saved, rank, run in other._stopped:
-            self._place(saved, rank - offset, run)
-        for run in other._nudged:
-            self._place(0.0, 0, run)
-        for run in other._rest:
-            self._place(0.0, 0, run)
+        for _, rank, run in other._stopped:
+            self._place(run, rank - offset)
+        for run in other._nudged + other._rest:
+            self._place(run, 0)
         self._count += other._count
 
     def runs(self) -> list[RunResult]:
@@ -816,10 +815,9 @@ class Fleet:
         for name, stats in tools.items():
             self._tool(name).merge(stats)
         self._runs.adopt(*runs)
-        if self.selection is not None and selection is not None:
+        if self.selection is not None:
+            assert selection is not None  # the worker chose with this fleet's limit
             self.selection.merge(selection)
-        elif self.selection is not None:
-            raise ValueError("a file's runs came without the choice of the runs to list")
 
     def close_file(self, file_index: int) -> None:
         # Runs still open are finished in the order they started.
