@@ -350,6 +350,51 @@ def test_jobs_over_parquet_with_results_as_data(
     assert calls1.num_rows == 2000
 
 
+# A fresh ``tripwire`` process: one thread until it imports pyarrow. It replays with workers
+# however small the input, and tells on stderr how they were started.
+_STARTED_BY = """
+import sys
+from tripwire.replay import parallel
+from tripwire.cli import main
+
+parallel.MIN_BYTES = 0
+choose = parallel._start_method
+methods = []
+parallel._start_method = lambda: methods.append(choose()) or methods[-1]
+code = main(sys.argv[1:])
+sys.stdout.flush()
+print("started by", methods, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+@pytest.mark.parametrize("layout", ["jsonl", "parquet"])
+def test_workers_forked_from_one_thread_replay_the_same(tmp_path: Path, layout: str) -> None:
+    """Workers are forked while the process has one thread, started fresh once it has more
+    (a forked child can hang on a lock held by a thread it lacks): the same report."""
+    import subprocess
+
+    if layout == "parquet":
+        _pyarrow()
+    paths = fleet_generator().write(tmp_path, 3000, shards=3, layouts=(layout,))[layout]
+
+    def replay(jobs: str, *, threads: bool = False) -> tuple[str, str]:
+        script = ("import pyarrow\n" if threads else "") + _STARTED_BY
+        args = [sys.executable, "-c", script, "replay", "--jobs", jobs, "--json"]
+        done = subprocess.run(
+            [*args, *map(str, paths)], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout, done.stderr.splitlines()[-1]
+
+    one, started = replay("1")
+    assert started == "started by []"
+    assert replay("2") == (one, "started by ['fork']")
+    if layout == "parquet":  # importing pyarrow starts a thread
+        assert replay("2", threads=True) == (one, "started by ['forkserver']")
+
+
 # -- results as data ----------------------------------------------------------------------------
 
 

@@ -51,8 +51,8 @@ from tripwire.replay.simulate import (
 
 # Calls written per pickled chunk by a worker.
 CALL_CHUNK: Final = 8192
-# Input smaller than this is replayed in this process: starting the workers (~0.3 s) would
-# cost more than they save. The report is the same either way.
+# Input smaller than this is replayed in this process: starting the workers (up to ~0.3 s)
+# would cost more than they save. The report is the same either way.
 MIN_BYTES = 16 << 20
 
 
@@ -208,6 +208,23 @@ def _size(paths: Iterable[str]) -> int:
     return total
 
 
+def _start_method() -> str:
+    """How the workers start. A fork costs about a millisecond, a fresh interpreter importing
+    this package (the forkserver, and spawn) about 0.2 s, a tenth of a million-call replay
+    on two cores. A fork is safe only in a process with one thread: a child forked from a
+    threaded one can hang on a lock held by a thread it lacks, and the parent may have
+    started pyarrow's threads (``--calls-out``, or an embedding program). Linux lists a
+    process's threads in ``/proc/self/task``; elsewhere (macOS's system libraries are not
+    safe to fork either) every worker is a fresh interpreter."""
+    if sys.platform != "linux":
+        return "spawn"
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 0
+    return "fork" if threads == 1 else "forkserver"
+
+
 class _Expansion:
     """Stands for the fleet while directories are listed: what listing them finds (a
     directory that cannot be listed, one without trace files) is kept in order among the
@@ -253,9 +270,7 @@ def replay(
         directory = tempfile.mkdtemp(prefix="tripwire-replay-")
         limit = 0 if fleet.selection is None else fleet.selection.limit
         job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, limit, directory)
-        # Not fork: the parent may have started pyarrow's threads (--calls-out), and a child
-        # forked from a threaded process can hang on a lock held by a thread it lacks.
-        method = "forkserver" if sys.platform == "linux" else "spawn"
+        method = _start_method()
         context = multiprocessing.get_context(method)
         if method == "forkserver":
             context.set_forkserver_preload(["tripwire.replay.parallel"])
