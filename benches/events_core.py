@@ -2,7 +2,7 @@
 generated fleet, three ways side by side, each in CPU seconds on one core:
 
 * the Rust core alone: ``_core.EventsReplay`` fed the file with a sink that does nothing
-  (the pre-scan, reading, keys, the guard, and the finished runs made into Python tuples);
+  (reading, keys, the guard, and the finished runs made into Python tuples);
 * ``tripwire replay --json`` with the native core, in a fresh process (``fleet._replay``: the
   runs' Python results, the totals and the report written as well);
 * the same with ``TRIPWIRE_REPLAY_CORE=python``: the per-call path, the reference.

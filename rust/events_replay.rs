@@ -9,11 +9,11 @@
 //! the file in the order they started.
 //!
 //! Scope: every line an object with `tool`, read by `Lines.feed` without a problem, and no
-//! `turn` or `usage` (one call a model turn, tokens estimated from the line's size). The
-//! Python side sends every other file to the per-call path whole, decided by [`prescan`]
-//! before anything is replayed: a pass over the file at several hundred MB/s, against
-//! holding every finished run back until the end of the file (memory that grows with the
-//! fleet) so as to be able to take them back.
+//! `turn` or `usage` (one call a model turn, tokens estimated from the line's size). A file
+//! with any other line is given up at that line ([`EventsReplay::line`] says why): the Python
+//! side replays into a fleet of its own and throws it away then, and the per-call path reads
+//! the file whole. Giving up late costs a native pass (a tenth of the per-call one); a
+//! pre-scan deciding first cost every file a second pass over its bytes.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -49,9 +49,9 @@ struct Scratch {
 }
 
 /// A string's text: as it is, or unescaped into `buffer`; `Err` for a lone surrogate (not
-/// UTF-8). `checking`: only whether it could be read (then only `\u` escapes are decoded).
-fn text<'a>(value: Value<'a>, buffer: &'a mut Vec<u8>, checking: bool) -> Result<&'a [u8], Why> {
-    if value.decoded || !value.escaped || (checking && !value.unicode) {
+/// UTF-8).
+fn text<'a>(value: Value<'a>, buffer: &'a mut Vec<u8>) -> Result<&'a [u8], Why> {
+    if value.decoded || !value.escaped {
         return Ok(value.raw);
     }
     buffer.clear();
@@ -67,7 +67,6 @@ fn resolve<'a>(
     scratch: &'a mut Scratch,
     default_run: &'a [u8],
     number: u64,
-    checking: bool,
 ) -> Result<Resolved<'a>, Why> {
     let Scratch {
         run: run_buffer,
@@ -88,12 +87,12 @@ fn resolve<'a>(
     };
     let run = match run {
         None => default_run,
-        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, run_buffer, false)?,
+        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, run_buffer)?,
         Some(v) if v.kind == Kind::Int => jsonl::int_text(v.raw),
         Some(_) => return Err("a run that is not a name"),
     };
     let tool = match fields.tool {
-        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, tool_buffer, false)?,
+        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, tool_buffer)?,
         Some(_) => return Err("a tool that is not a name"),
         None => return Err("a line without a tool"),
     };
@@ -108,19 +107,19 @@ fn resolve<'a>(
         Some(v) => match v.kind {
             Kind::Null => Args::Null,
             Kind::Str if v.decoded => Args::Text(scanned),
-            Kind::Str => Args::Text(text(v, args_buffer, checking)?),
+            Kind::Str => Args::Text(text(v, args_buffer)?),
             _ => Args::Value(v.raw),
         },
     };
     let call_id = match fields.call_id {
-        Some(v) if v.kind == Kind::Str => Some(CallId::Given(text(v, id_buffer, checking)?)),
+        Some(v) if v.kind == Kind::Str => Some(CallId::Given(text(v, id_buffer)?)),
         Some(v) if v.kind == Kind::Int => Some(CallId::Given(jsonl::int_text(v.raw))),
         _ => None,
     };
     let result = match fields.result {
         None => None,
         Some(v) if v.kind == Kind::Str && v.decoded => Some(Returned::Text(&decoded.result)),
-        Some(v) if v.kind == Kind::Str => Some(Returned::Text(text(v, result_buffer, checking)?)),
+        Some(v) if v.kind == Kind::Str => Some(Returned::Text(text(v, result_buffer)?)),
         Some(v) => Some(Returned::Value(v.raw)),
     };
     // A call with a result on its line is linked to it by its id, or by one only this line
@@ -131,7 +130,7 @@ fn resolve<'a>(
         (id, _) => id,
     };
     let model = match fields.model {
-        Some(v) if v.kind == Kind::Str => Some(text(v, model_buffer, checking)?),
+        Some(v) if v.kind == Kind::Str => Some(text(v, model_buffer)?),
         _ => None,
     };
     Ok(Resolved {
@@ -142,21 +141,6 @@ fn resolve<'a>(
         result,
         model,
     })
-}
-
-/// What the pre-scan found: the first line not read natively and why, or the file's lines
-/// (all of them, blank ones too) and whether any held a call.
-pub enum Scanned {
-    Unsupported(u64, Why),
-    /// `bytes`: how much of the file was read (the replay reads that much: a file that
-    /// grows meanwhile is replayed as it was scanned).
-    /// `utf8`: every line was UTF-8 (the replay need not check again).
-    Lines {
-        lines: u64,
-        calls: u64,
-        bytes: u64,
-        utf8: bool,
-    },
 }
 
 /// Reads a file's lines, each with its newline (the last may have none), up to a length.
@@ -248,51 +232,6 @@ fn content(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\n").unwrap_or(line)
 }
 
-/// Whether the native replay reads every line of the file at `path`: lines of at most
-/// `limit` bytes, UTF-8, each blank or a call `Lines.feed` reads without a problem.
-pub fn prescan(path: &str, limit: usize, default_run: &[u8]) -> io::Result<Scanned> {
-    let mut reader = LineReader::open(path, None, limit)?;
-    let mut scratch = Scratch::default();
-    let (mut number, mut calls) = (0u64, 0u64);
-    // The first line decides what the file is (`files.Reader`): it must be read natively.
-    let mut first = true;
-    let mut utf8 = true;
-    while let Some(line) = reader.next_line()? {
-        number += 1;
-        let line = content(line);
-        if line.len() > limit {
-            return Ok(Scanned::Unsupported(number, "a line over the line limit"));
-        }
-        if jsonl::blank(line) {
-            continue;
-        }
-        let mut fields = Fields::default();
-        // `is_ascii` first: most lines are, and it is several times cheaper.
-        let read = if !line.is_ascii() && std::str::from_utf8(line).is_err() {
-            utf8 = false;
-            Err("a line that is not UTF-8")
-        } else {
-            jsonl::scan(line, &mut fields)
-                .and_then(|()| resolve(&fields, &mut scratch, default_run, number, true))
-        };
-        if let Err(why) = read {
-            // A line the per-call path reports (not UTF-8, not JSON) is reported here too.
-            match (first, jsonl::refused(line)) {
-                (false, Refused::Blank | Refused::Problem(_)) => continue,
-                _ => return Ok(Scanned::Unsupported(number, why)),
-            }
-        }
-        first = false;
-        calls += 1;
-    }
-    Ok(Scanned::Lines {
-        lines: number,
-        calls,
-        bytes: reader.position,
-        utf8,
-    })
-}
-
 /// An open run, aside while another line's run is replayed.
 struct Parked {
     open: Option<Box<Open>>,
@@ -312,8 +251,11 @@ pub struct EventsReplay {
     /// Runs that came back after being finished early (`Fleet.split_runs`).
     pub split_runs: u64,
     default_run: Vec<u8>,
-    /// Whether a line may not be UTF-8 (the pre-scan found one): then each is checked.
-    pub check_utf8: bool,
+    /// Lines longer than this (their newline aside) are not read natively.
+    line_limit: usize,
+    /// Whether a line with a call was read: a problem before one is the first line's, which
+    /// decides what the file is (`files.Reader`), and the file is given up.
+    pub read_a_call: bool,
     /// Boxed, so that taking it out for a line moves a pointer.
     scratch: Option<Box<Scratch>>,
 }
@@ -324,9 +266,10 @@ impl EventsReplay {
         default_run: Vec<u8>,
         max_open: usize,
         max_evicted: usize,
+        line_limit: usize,
     ) -> Self {
-        // Lines are replayed only once the pre-scan found them UTF-8 (those that are not are
-        // reported, never replayed), and unescaping makes nothing else.
+        // Lines are replayed only once found UTF-8 (those that are not are reported, never
+        // replayed), and unescaping makes nothing else.
         core.texts_utf8 = true;
         EventsReplay {
             core,
@@ -337,13 +280,15 @@ impl EventsReplay {
             started: 0,
             split_runs: 0,
             default_run,
-            check_utf8: true,
+            line_limit,
+            read_a_call: false,
             scratch: Some(Box::default()),
         }
     }
 
     /// One line (its newline kept: its size is the turn's), the `number`-th of the file.
-    /// `Err(why)`: a line the pre-scan would have refused (the file changed since).
+    /// `Err(why)`: a line not read natively; the file must be given up (what was replayed
+    /// of it thrown away).
     pub fn line<C: Cold>(
         &mut self,
         cold: &mut C,
@@ -351,15 +296,18 @@ impl EventsReplay {
         number: u64,
     ) -> Result<Result<(), Why>, C::Error> {
         let text = content(line);
+        if text.len() > self.line_limit {
+            return Ok(Err("a line over the line limit"));
+        }
         if jsonl::blank(text) {
             return Ok(Ok(()));
         }
         // Taken out for the call, whose resolved members borrow them.
         let mut scratch = self.scratch.take().unwrap_or_default();
         let mut fields = Fields::default();
-        // UTF-8 first (strings are scanned as bytes), as the pre-scan did, where it found a
-        // line that is not.
-        let read = if self.check_utf8 && !text.is_ascii() && std::str::from_utf8(text).is_err() {
+        // UTF-8 first (strings are scanned as bytes); `is_ascii` first: most lines are, and it
+        // is several times cheaper.
+        let read = if !text.is_ascii() && std::str::from_utf8(text).is_err() {
             Err("a line that is not UTF-8")
         } else {
             jsonl::scan_decoding(text, &mut fields, Some(&mut scratch.decoded))
@@ -368,6 +316,7 @@ impl EventsReplay {
             self.scratch = Some(scratch);
             return Ok(match jsonl::refused(text) {
                 Refused::Blank => Ok(()),
+                Refused::Problem(_) if !self.read_a_call => Err(why),
                 Refused::Problem(message) => {
                     let skipped = format!("{message}; line skipped");
                     self.core.problems.push((number, skipped));
@@ -399,10 +348,11 @@ impl EventsReplay {
         produced: u64,
         number: u64,
     ) -> Result<Result<(), Why>, C::Error> {
-        let call = match resolve(fields, scratch, default_run, number, false) {
+        let call = match resolve(fields, scratch, default_run, number) {
             Ok(call) => call,
             Err(why) => return Ok(Err(why)),
         };
+        self.read_a_call = true;
         let slot = match self.open.find(call.run) {
             Some(slot) => {
                 self.open.touch(slot);
@@ -673,7 +623,7 @@ mod tests {
         let mut fields = Fields::default();
         jsonl::scan(line.as_bytes(), &mut fields)?;
         let mut scratch = Scratch::default();
-        let call = resolve(&fields, &mut scratch, b"file", 7, false)?;
+        let call = resolve(&fields, &mut scratch, b"file", 7)?;
         Ok((call.run.to_vec(), call.tool.to_vec()))
     }
 

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
 use crate::arrow_replay::TableReplay as Table;
-use crate::events_replay::{prescan, EventsReplay as Core, LineReader, Scanned};
+use crate::events_replay::{EventsReplay as Core, LineReader};
 use crate::py_arrow::{run_item, PyCold};
 use crate::py_canon::VolatileKeys;
 use crate::py_guard::Guard;
@@ -20,11 +20,17 @@ const LINES_A_BATCH: u64 = 16_384;
 /// Finished runs that end a batch early (they wait in memory until handed over).
 const RUNS_A_BATCH: usize = 1024;
 
+/// How a batch of lines ended.
+enum Batch {
+    More,
+    End,
+    GivenUp(String),
+}
+
 struct Inner {
     core: Core,
     cold: PyCold,
     limit: usize,
-    default_run: Vec<u8>,
     lines: u64,
     position: u64,
 }
@@ -105,13 +111,12 @@ impl EventsReplay {
         let default_run = default_run.into_bytes();
         Ok(EventsReplay {
             inner: Mutex::new(Inner {
-                core: Core::new(table, default_run.clone(), max_open, max_evicted),
+                core: Core::new(table, default_run, max_open, max_evicted, line_limit),
                 cold: PyCold {
                     guard: guard.unbind(),
                     prices,
                 },
                 limit: line_limit,
-                default_run,
                 lines: 0,
                 position: 0,
             }),
@@ -119,52 +124,54 @@ impl EventsReplay {
         })
     }
 
-    /// Replays the file at `path` if every line of it is read natively; else replays
-    /// nothing and says why (`"line N: ..."`), for the per-call path to read it.
+    /// Replays the file at `path` to its end, if every line of it is read natively; else
+    /// stops at the first that is not and says why (`"line N: ..."`): the sink has had part
+    /// of the file, which the caller throws away, and the per-call path must read it whole.
+    /// An `EventsReplay` replays one file once.
     #[pyo3(signature = (path, /))]
     fn replay(&self, py: Python<'_>, path: &str) -> PyResult<Option<String>> {
         let mut guard = self.locked()?;
         let inner = &mut *guard;
-        let (limit, default_run) = (inner.limit, inner.default_run.clone());
-        // Released: a pass over the file's bytes.
-        let scanned = py.detach(|| prescan(path, limit, &default_run));
-        let length = match scanned {
+        if inner.lines > 0 || inner.core.read_a_call {
+            return Err(PyRuntimeError::new_err(
+                "an EventsReplay replays one file once",
+            ));
+        }
+        let mut reader = match LineReader::open(path, None, inner.limit) {
+            Ok(reader) => reader,
             Err(err) => return Ok(Some(format!("cannot read: {err}"))),
-            Ok(Scanned::Unsupported(line, why)) => return Ok(Some(format!("line {line}: {why}"))),
-            Ok(Scanned::Lines { calls: 0, .. }) => return Ok(Some("no calls".into())),
-            Ok(Scanned::Lines { bytes, utf8, .. }) => {
-                inner.core.check_utf8 = !utf8;
-                bytes
-            }
         };
-        let mut reader = LineReader::open(path, Some(length), limit)?;
         let mut number = 0u64;
         loop {
             let Inner { core, cold, .. } = inner;
             // Released: lines are read and decided in Rust; a cold question takes the GIL
             // back for its moment (`PyCold`).
-            let batch = py.detach(|| -> PyResult<bool> {
+            let batch = py.detach(|| -> Result<Batch, PyErr> {
                 let until = number + LINES_A_BATCH;
                 while number < until && core.core.finished.len() < RUNS_A_BATCH {
-                    let Some(line) = reader.next_line()? else {
-                        return Ok(true);
+                    let line = match reader.next_line() {
+                        Ok(Some(line)) => line,
+                        Ok(None) => return Ok(Batch::End),
+                        // The per-call path reads it again and reports what it finds.
+                        Err(err) => return Ok(Batch::GivenUp(format!("cannot read: {err}"))),
                     };
                     number += 1;
                     if let Err(why) = core.line(cold, line, number)? {
-                        return Err(PyValueError::new_err(format!(
-                            "{path}: line {number} changed while it was replayed ({why})"
-                        )));
+                        return Ok(Batch::GivenUp(format!("line {number}: {why}")));
                     }
                 }
-                Ok(false)
+                Ok(Batch::More)
             });
             inner.lines = number;
             inner.position = reader.position;
-            let done = batch?;
-            if done {
-                break;
+            match batch? {
+                Batch::End => break,
+                Batch::GivenUp(why) => return Ok(Some(why)),
+                Batch::More => self.drain(py, inner)?,
             }
-            self.drain(py, inner)?;
+        }
+        if !inner.core.read_a_call {
+            return Ok(Some("no calls".into()));
         }
         inner.core.end();
         self.drain(py, inner)?;

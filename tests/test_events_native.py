@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_arrow_core import SETTINGS  # the default, hash-only, policies, thresholds
 from test_replay_fleet import cli, fleet_generator
-from tripwire.replay import Settings, events_core, replay, simulate, to_json
+from tripwire.replay import Settings, events_core, render, replay, simulate, to_json
 from tripwire.replay.formats import files as files_module
 
 pytestmark = pytest.mark.skipif(
@@ -346,6 +346,39 @@ def test_a_line_outside_the_subset_sends_the_file_to_the_per_call_path(
     assert native == reference and taken == []
 
 
+@pytest.mark.parametrize("keep_runs", [True, False])
+def test_a_file_given_up_late_leaves_nothing_of_what_was_replayed(
+    keep_runs: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    """The native replay gives a file up at its first line outside the subset, after
+    thousands of runs went to the fleet aside: thrown away, the per-call path replays the
+    file whole, and the report is as if the native path had never been tried."""
+    given: list[int] = []
+    sink = events_core._Sink.__call__
+
+    def counting(self: Any, runs: list[Any], *rest: Any) -> None:
+        given.append(len(runs))
+        sink(self, runs, *rest)
+
+    monkeypatch.setattr(events_core._Sink, "__call__", counting)
+    monkeypatch.setattr(simulate, "MAX_OPEN_RUNS", 8)  # runs finish as they go
+    records = [{**GOOD, "run": f"r{n % 3000}", "result": {"n": n // 3000}} for n in range(6000)]
+    late = lines(tmp_path / "late.jsonl", [*records, {"run": "x", "tool": "t", "turn": 1}])
+    fine = lines(tmp_path / "fine.jsonl", records[:50])
+    paths = [fine, late, fine]
+    if keep_runs:
+        native, reference = both(monkeypatch, paths)
+        assert native == reference
+    else:  # the terminal report's runs, counted, not kept
+        texts = []
+        for core in ("native", "python"):
+            monkeypatch.setenv("TRIPWIRE_REPLAY_CORE", core)
+            texts.append(render(replay(paths, keep_runs=False)))
+        assert texts[0] == texts[1] and "6,101 runs" in texts[0]
+    assert sum(given) > 2000  # the aside had them: runs of the late file, then given up
+    assert taken == [fine, fine]
+
+
 def test_other_files_go_to_the_per_call_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
 ) -> None:
@@ -417,7 +450,15 @@ def test_the_core_says_why_it_did_not_replay(tmp_path: Path) -> None:
     bad = lines(tmp_path / "bad.jsonl", [GOOD, {"run": "a", "tool": "x", "turn": 2}])
     assert core().replay(bad) == "line 2: a line with a turn or usage"
     assert core().replay(str(tmp_path / "missing.jsonl")).startswith("cannot read: ")
+    assert core().replay(lines(tmp_path / "none.jsonl", ["", " "])) == "no calls"
+    first = lines(tmp_path / "first.jsonl", ["not json", GOOD])
+    assert core().replay(first) == "line 1: a line that is not a JSON object"
     assert seen == []
+    once = core()
+    assert once.replay(lines(tmp_path / "once.jsonl", [GOOD])) is None
+    with pytest.raises(RuntimeError, match="one file once"):
+        once.replay(bad)
+    seen.clear()
     good = lines(tmp_path / "good.jsonl", [GOOD] * 4)
     replayer = core()
     assert replayer.replay(good) is None

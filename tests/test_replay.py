@@ -933,15 +933,17 @@ def test_a_run_store_takes_over_another_stores_files_in_order(tmp_path: Path) ->
     worker = simulate_module.RunStore(spill_after=0, directory=str(tmp_path))
     for name in ("w1", "w2", "w3"):
         worker.append(run(name))
-    paths, count = worker.detach()
-    assert count == 3 and paths and all(Path(p).parent == tmp_path for p in paths)
+    detached = worker.detach()
+    paths = detached.paths
+    assert detached.in_files == 3 and detached.memory == []
+    assert paths and all(Path(p).parent == tmp_path for p in paths)
     assert len(worker) == 0 and list(worker) == []
     worker.close()  # the files are no longer its to remove
     assert all(Path(p).exists() for p in paths)
 
     parent = simulate_module.RunStore()
     parent.append(run("p1"))
-    parent.adopt(paths, count)
+    parent.adopt(detached)
     parent.append(run("p2"))
     assert not any(Path(p).exists() for p in paths)  # moved
     assert [r.run for r in parent] == ["p1", "w1", "w2", "w3", "p2"]
@@ -950,6 +952,57 @@ def test_a_run_store_takes_over_another_stores_files_in_order(tmp_path: Path) ->
     own = list(parent._files.paths)
     parent.close()
     assert not any(Path(p).exists() for p in own)
+
+
+@given(
+    ours=st.integers(0, 12),
+    theirs=st.integers(0, 12),
+    spill_ours=st.integers(0, 4),
+    spill_theirs=st.integers(0, 4),
+    in_memory=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_run_store_takes_another_in_this_process_in_order(
+    ours: int, theirs: int, spill_ours: int, spill_theirs: int, in_memory: bool
+) -> None:
+    """A fleet aside hands its runs over in memory (``in_memory``), or spilled: whichever,
+    spilled or not on either side, the runs come in the order they finished."""
+
+    def run(name: str) -> RunResult:
+        return RunResult(name, "f", None, "events", 1, simulate_module.Counts(steps=1))
+
+    parent = simulate_module.RunStore(spill_after=spill_ours)
+    aside = simulate_module.RunStore(spill_after=spill_theirs)
+    for n in range(ours):
+        parent.append(run(f"p{n}"))
+    for n in range(theirs):
+        aside.append(run(f"a{n}"))
+    detached = aside.detach(in_memory=in_memory)
+    assert detached.in_files + len(detached.memory) == theirs
+    assert in_memory or not detached.memory
+    parent.adopt(detached)
+    parent.append(run("last"))
+    expected = [f"p{n}" for n in range(ours)] + [f"a{n}" for n in range(theirs)] + ["last"]
+    assert [r.run for r in parent] == expected and len(parent) == len(expected)
+    aside.close()
+    assert [r.run for r in parent] == expected
+    parent.close()
+
+
+def test_a_run_store_that_keeps_none_counts_them() -> None:
+    """The terminal report lists the runs it chose as they finished: the rest are counted,
+    not written out; asking for them is an error, not an empty list."""
+    store = simulate_module.RunStore(spill_after=0, keep=False)
+    for name in ("a", "b"):
+        store.append(RunResult(name, "f", None, "events", 1, simulate_module.Counts(steps=1)))
+    assert len(store) == 2 and not store.spilled
+    with pytest.raises(RuntimeError, match="2 runs were counted, not kept"):
+        list(store)
+    other = simulate_module.RunStore(keep=False)
+    other.adopt(store.detach())
+    assert len(other) == 2 and len(store) == 0
+    with pytest.raises(ValueError, match="keep_runs=False needs a limit"):
+        replay([], keep_runs=False, limit=0)
 
 
 @given(

@@ -428,6 +428,8 @@ def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             jobs=(os.cpu_count() or 1) if args.jobs is None else args.jobs,
             on_call=on_call,
             limit=0 if args.json else args.limit,
+            # The terminal table needs its listed runs only, chosen as runs finish.
+            keep_runs=bool(args.json or args.html or args.out or not args.limit),
         )
     except BaseException:
         if calls is not None:

@@ -10,9 +10,12 @@ neither gzip nor any binary format, no byte-order mark, whose first line the eve
 claims, and every line of which the native reader reads as ``Lines.feed`` would without a
 problem: blank, or one JSON object with a ``tool`` (a non-empty string), a ``run``/``run_id``
 that is a name or none, no ``turn`` or ``usage``, strings free of lone surrogates, no line
-over ``files.MAX_LINE_BYTES``. Rust decides that in a pass over the file before replaying
-anything (``EventsReplay.replay`` says why it did not); any other file, a bad line
-anywhere, is read by the per-call path whole, which reports what it reports.
+over ``files.MAX_LINE_BYTES`` (a line that is not JSON, after the first, is reported and
+skipped as the per-call path does). Rust gives up at the first line that is not so, and
+says why (``EventsReplay.replay``); the file was replayed into a fleet aside
+(``Fleet.aside``), which is thrown away, and the per-call path reads the file whole, which
+reports what it reports. One pass over the file, then: deciding first cost a second one,
+a tenth of the native replay's time.
 ``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
 """
 
@@ -54,7 +57,7 @@ def _first_line_is_events(path: str) -> bool:
             while True:
                 line = raw.readline(limit + 1)
                 if not line or len(line) > limit:
-                    return False  # empty, or a line the native pre-scan refuses too
+                    return False  # empty, or a line the native replay refuses too
                 if line.strip():
                     break
     except OSError:
@@ -119,7 +122,9 @@ def replay_events(
     tick: Callable[[FileStats, int], None] | None = None,
 ) -> FileStats | None:
     """Replays an events JSONL file natively into ``fleet``; ``None``: the per-call path
-    must (nothing was replayed)."""
+    must (nothing was replayed). The file is replayed into a fleet aside (``Fleet.aside``),
+    taken into ``fleet`` once every line was read natively, thrown away at the first line
+    that is not."""
     if not arrow_core.enabled() or fleet.on_call is not None:
         return None
     if _simulate.MAX_OPEN_RUNS < 1 or not _first_line_is_events(path):
@@ -128,11 +133,12 @@ def replay_events(
 
     settings = fleet.settings
     stats = FileStats(path)
+    aside = fleet.aside()
     core = _core.EventsReplay(
         settings.guard(),
         observe=settings.observe,
         prices=arrow_core._prices(fleet),
-        sink=_Sink(fleet, stats, tick),
+        sink=_Sink(aside, stats, tick),
         default_run=path,
         max_open=_simulate.MAX_OPEN_RUNS,
         max_evicted=_simulate.MAX_EVICTED,
@@ -142,12 +148,20 @@ def replay_events(
         stats.size = os.path.getsize(path)  # for the progress bar, which ticks on it
     except OSError:
         return None
-    fleet.register_file(index, stats)
-    if core.replay(path) is not None:
+    aside.register_file(index, stats)
+    try:
+        given_up = core.replay(path)
+    except BaseException:
+        aside.close()
+        raise
+    if given_up is not None:
+        aside.close()
         return None
     stats.formats.add(_events.NAME)
     stats.lines = core.lines
     stats.position = core.position
     stats.turns += core.turns
+    fleet.register_file(index, stats)
+    fleet.take(aside.outcome(in_memory=True))
     fleet.split_runs += core.split_runs
     return stats

@@ -4,15 +4,16 @@ Runs are identified by file and run name (``simulate``), so the runs of one file
 replayed wholly by one process, independently of every other file's: each file is one
 task. A worker replays its file into a fleet of its own, which writes the runs to private
 temporary files in pickled chunks (``RunStore.detach``), and the calls with ``--calls-out``
-to another; it sends back the file's sums (totals and per-tool figures, ``Fleet.file_sums``)
-and those files. The parent takes the files' outcomes back in the order of the files: it adds
+to another; it sends back what its fleet found (``Fleet.outcome``: the file's sums, totals
+and per-tool figures, its problems, the runs it chose for the report) and those files. The
+parent takes the files' outcomes back in the order of the files (``Fleet.take``): it adds
 each file's sums as the sequential replay adds a file's (a fleet sums each file's runs apart
 and then the files', so float sums, which depend on their order, come out the same), and
-takes each file's runs over whole (``RunStore.adopt``: the files are moved, not read): totals,
-per-tool figures and the lists of runs and problems come out in the same order, so the
-terminal report, ``--json`` and ``--html`` are byte-identical to ``--jobs 1``. The parent does
-no work per run while the workers replay. Memory: each process holds one file's open runs (as
-the sequential replay does), and the parent one chunk of calls at a time.
+takes each file's runs over whole (``RunStore.adopt``: the files are moved, not read):
+totals, per-tool figures and the lists of runs and problems come out in the same order, so
+the terminal report, ``--json`` and ``--html`` are byte-identical to ``--jobs 1``. The
+parent does no work per run while the workers replay. Memory: each process holds one file's
+open runs (as the sequential replay does), and the parent one chunk of calls at a time.
 
 Standard input and Arrow streams given from Python are replayed in the parent, one at a time
 (``--jobs`` is ignored for them); so is a single file (it is one task), and input under
@@ -36,14 +37,12 @@ from typing import IO, Any, Final
 from tripwire.replay.formats import FileStats, Problem
 from tripwire.replay.simulate import (
     STDIN,
+    Aside,
     CallRow,
     Fleet,
     Report,
     RunStore,
-    Selection,
     Settings,
-    ToolStats,
-    Totals,
     _expand,
     _is_parquet,
     replay_file,
@@ -58,22 +57,12 @@ MIN_BYTES = 16 << 20
 
 @dataclass(slots=True)
 class Outcome:
-    """What a worker found in one file: figures, the first problems, the temporary files
-    holding its runs, and the one holding its calls in chunks."""
+    """What a worker found in one file: its figures, what its fleet found (its runs in
+    temporary files), and the temporary file holding its calls in chunks."""
 
     stats: FileStats
+    aside: Aside
     spill: str
-    runs: tuple[list[str], int]
-    selection: Selection | None
-    totals: Totals
-    tools: dict[str, ToolStats]
-    problems: list[Problem]
-    problems_total: int
-    without_calls: list[Problem]
-    without_calls_total: int
-    models: dict[str | None, int]
-    split_runs: int
-    orphan_results: int
 
 
 @dataclass(slots=True)
@@ -82,8 +71,9 @@ class _Job:
     columns: Mapping[str, str] | None
     calls: bool
     keep: int
-    # The parent's ``Fleet.selection`` limit (0: none).
+    # The parent's ``Fleet.selection`` limit (0: none), and whether it keeps its runs.
     limit: int
+    keep_runs: bool
     # The parent's private directory for the workers' files: removed whole at the end, so
     # an interrupted replay leaves nothing behind.
     directory: str
@@ -121,7 +111,7 @@ def _work(task: tuple[int, str]) -> Outcome:
     fd, spill_path = tempfile.mkstemp(suffix=".part", dir=job.directory)
     # The runs straight to files of their own in the parent's directory (spilled from the
     # first: the parent takes them over).
-    runs = RunStore(spill_after=0, directory=job.directory)
+    runs = RunStore(spill_after=0, directory=job.directory, keep=job.keep_runs)
     try:
         with os.fdopen(fd, "wb") as file:
             spill = _Spill(file)
@@ -134,28 +124,13 @@ def _work(task: tuple[int, str]) -> Outcome:
             )
             stats = replay_file(fleet, index, path, columns=job.columns)
             spill.flush()
-            totals, tools = fleet.file_sums()
-            detached = runs.detach()
+            aside = fleet.outcome()
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(spill_path)
         runs.close()
         raise
-    return Outcome(
-        stats=stats,
-        spill=spill_path,
-        runs=detached,
-        selection=fleet.selection,
-        totals=totals,
-        tools=tools,
-        problems=fleet.problems,
-        problems_total=fleet.problems_total,
-        without_calls=fleet.without_calls,
-        without_calls_total=fleet.without_calls_total,
-        models=fleet.models,
-        split_runs=fleet.split_runs,
-        orphan_results=fleet.orphan_results,
-    )
+    return Outcome(stats, aside, spill_path)
 
 
 def _chunks(path: str) -> Iterator[list[Any]]:
@@ -173,17 +148,7 @@ def _chunks(path: str) -> Iterator[list[Any]]:
 
 def _absorb(fleet: Fleet, outcome: Outcome) -> None:
     """A file's outcome into the parent's fleet, as the sequential replay would have left it."""
-    for problem in outcome.problems:
-        fleet.problem(problem)
-    fleet.problems_total += outcome.problems_total - len(outcome.problems)
-    for where in outcome.without_calls:
-        fleet.nothing_to_replay(where)
-    fleet.without_calls_total += outcome.without_calls_total - len(outcome.without_calls)
-    for model, count in outcome.models.items():
-        fleet.models[model] = fleet.models.get(model, 0) + count
-    fleet.split_runs += outcome.split_runs
-    fleet.orphan_results += outcome.orphan_results
-    fleet.add_file(outcome.totals, outcome.tools, outcome.runs, outcome.selection)
+    fleet.take(outcome.aside)
     sink = fleet.on_call
     for items in _chunks(outcome.spill):
         if sink is not None:
@@ -269,7 +234,15 @@ def replay(
     else:
         directory = tempfile.mkdtemp(prefix="tripwire-replay-")
         limit = 0 if fleet.selection is None else fleet.selection.limit
-        job = _Job(fleet.settings, columns, fleet.on_call is not None, 1000, limit, directory)
+        job = _Job(
+            fleet.settings,
+            columns,
+            fleet.on_call is not None,
+            1000,
+            limit,
+            fleet.keeps_runs,
+            directory,
+        )
         method = _start_method()
         context = multiprocessing.get_context(method)
         if method == "forkserver":

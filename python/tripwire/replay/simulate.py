@@ -452,17 +452,33 @@ class Totals:
         self.stopped_succeeded += other.stopped_succeeded
 
 
+class Detached(NamedTuple):
+    """A ``RunStore``'s runs handed over (``RunStore.detach``): segment files and how many
+    runs they hold, then the latest runs, in memory (none for another process)."""
+
+    paths: list[str]
+    in_files: int
+    memory: list[RunResult]
+
+
 class RunStore:
     """The replayed runs, in the order they finished, in bounded memory: the first
     ``SPILL_AFTER`` are kept in a list; past that, all go to private temporary files
     (segments) in pickled chunks of ``CHUNK`` and are read back for each iteration. A
     segment another process wrote (a ``--jobs`` worker's runs, ``detach``) is taken over
     whole by ``adopt``: moved, not read. Iterable any number of times; ``close()`` (or
-    garbage collection) removes the files."""
+    garbage collection) removes the files.
 
-    def __init__(self, spill_after: int | None = None, directory: str | None = None) -> None:
+    ``keep=False``: the runs are counted, not kept (the terminal report lists the runs its
+    ``Selection`` chose and needs only their number: writing a million runs out and reading
+    none back was a fifth of a native replay's time); iterating is an error."""
+
+    def __init__(
+        self, spill_after: int | None = None, directory: str | None = None, *, keep: bool = True
+    ) -> None:
         self._spill_after = SPILL_AFTER if spill_after is None else spill_after
         self._directory = directory
+        self.keep = keep
         self._memory: list[RunResult] = []
         # The segments in order, and the last one's file while it is being written.
         self._files = _Segments()
@@ -470,8 +486,10 @@ class RunStore:
         self._finalizer = weakref.finalize(self, self._files.remove)
 
     def append(self, run: RunResult) -> None:
-        self._memory.append(run)
         self._count += 1
+        if not self.keep:
+            return
+        self._memory.append(run)
         if self._files.writing is None:
             if len(self._memory) > self._spill_after:
                 self._spill()
@@ -490,29 +508,33 @@ class RunStore:
             pickle.dump(self._memory[start : start + CHUNK], file, pickle.HIGHEST_PROTOCOL)
         self._memory = []
 
-    def detach(self) -> tuple[list[str], int]:
-        """The runs as segment files for another process to ``adopt`` (everything is
-        written out first), and how many runs they hold; this store is empty after."""
-        if self._memory:
+    def detach(self, *, in_memory: bool = False) -> Detached:
+        """The runs, for another store to ``adopt``; this store is empty after. As segment
+        files only (everything written out first: for another process), or, ``in_memory``,
+        the latest runs as they are (for a store in this process)."""
+        if self._memory and not in_memory:
             self._spill()
         self._files.close_writing()
-        paths, count = self._files.paths, self._count
-        self._files.paths = []
-        self._count = 0
-        return paths, count
+        memory, paths = self._memory, self._files.paths
+        detached = Detached(paths, self._count - len(memory), memory)
+        self._files.paths, self._memory, self._count = [], [], 0
+        return detached
 
-    def adopt(self, paths: list[str], count: int) -> None:
-        """Segments ``detach`` made (in another process), after the runs already here:
-        moved into this store's own temporary files, never read."""
-        if self._memory:
-            self._spill()
-        self._files.close_writing()
-        for path in paths:
-            fd, own = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".runs")
-            os.close(fd)
-            self._files.paths.append(own)
-            shutil.move(path, own)
-        self._count += count
+    def adopt(self, runs: Detached) -> None:
+        """Runs ``detach`` handed over (in this process or another), after the runs already
+        here: segment files moved into this store's own temporary files, never read."""
+        if runs.paths:
+            if self._memory:
+                self._spill()
+            self._files.close_writing()
+            for path in runs.paths:
+                fd, own = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".runs")
+                os.close(fd)
+                self._files.paths.append(own)
+                shutil.move(path, own)
+        self._count += runs.in_files
+        for run in runs.memory:
+            self.append(run)
 
     @property
     def spilled(self) -> bool:
@@ -522,6 +544,10 @@ class RunStore:
         return self._count
 
     def __iter__(self) -> Iterator[RunResult]:
+        if not self.keep:
+            raise RuntimeError(
+                f"the {self._count:,} runs were counted, not kept: replay(keep_runs=True)"
+            )
         if self._files.writing is not None:
             self._files.writing.flush()
         for path in list(self._files.paths):
@@ -617,6 +643,25 @@ class Selection:
         ordered = [run for *_, run in sorted(self._stopped, key=lambda i: i[:2], reverse=True)]
         ordered += self._nudged + self._rest
         return ordered[: self.limit] if self.limit else ordered
+
+
+@dataclass(slots=True)
+class Aside:
+    """What a fleet of its own found in a file (``Fleet.outcome``), for the fleet the file
+    belongs to to ``take`` as if it had replayed it: sums, runs, the runs chosen for the
+    report, problems."""
+
+    totals: Totals
+    tools: dict[str, ToolStats]
+    runs: Detached
+    selection: Selection | None
+    problems: list[Problem]
+    problems_total: int
+    without_calls: list[Problem]
+    without_calls_total: int
+    models: dict[str | None, int]
+    split_runs: int
+    orphan_results: int
 
 
 @dataclass(slots=True)
@@ -795,29 +840,61 @@ class Fleet:
             self._file_totals = Totals()
             self._file_tools = {}
 
-    def file_sums(self) -> tuple[Totals, dict[str, ToolStats]]:
-        """The totals and tools of every file replayed so far (a ``--jobs`` worker's file,
-        for ``add_file``)."""
-        self._fold()
-        return self._totals, self.tools
+    def aside(self) -> Fleet:
+        """A fleet for a file replayed aside, which this one ``take``s once it is done (the
+        native events replay, which may give up part way): these settings, its own runs,
+        kept or not as here, chosen with this limit, problems held until taken."""
+        return Fleet(
+            self.settings,
+            keep_problems=self._keep,
+            runs=RunStore(keep=self.keeps_runs),
+            limit=0 if self.selection is None else self.selection.limit,
+        )
 
-    def add_file(
-        self,
-        totals: Totals,
-        tools: dict[str, ToolStats],
-        runs: tuple[list[str], int],
-        selection: Selection | None,
-    ) -> None:
-        """A file replayed in another process (``tripwire.replay.parallel``), after
-        ``register_file``: its sums (``file_sums``), its runs (``RunStore.detach``) and
-        those it chose for the report (with this fleet's limit)."""
-        self._file_totals.merge(totals)
-        for name, stats in tools.items():
+    def close(self) -> None:
+        """Throws away the runs (a fleet aside given up): their temporary files removed."""
+        self._runs.close()
+
+    def outcome(self, *, in_memory: bool = False) -> Aside:
+        """What this fleet (a fleet aside, a ``--jobs`` worker's) found in the files given it,
+        for the fleet they belong to to ``take``; its runs go with it (``RunStore.detach``,
+        ``in_memory`` for a fleet in this process)."""
+        self._fold()
+        return Aside(
+            totals=self._totals,
+            tools=self.tools,
+            runs=self._runs.detach(in_memory=in_memory),
+            selection=self.selection,
+            problems=self.problems,
+            problems_total=self.problems_total,
+            without_calls=self.without_calls,
+            without_calls_total=self.without_calls_total,
+            models=self.models,
+            split_runs=self.split_runs,
+            orphan_results=self.orphan_results,
+        )
+
+    def take(self, aside: Aside) -> None:
+        """A file replayed aside (``outcome``, after ``register_file``), as if replayed here:
+        its problems told, its sums added as this fleet adds a file's, its runs after these,
+        and those it chose for the report (with this fleet's limit) among these'."""
+        for problem in aside.problems:
+            self.problem(problem)
+        self.problems_total += aside.problems_total - len(aside.problems)
+        for where in aside.without_calls:
+            self.nothing_to_replay(where)
+        self.without_calls_total += aside.without_calls_total - len(aside.without_calls)
+        for model, count in aside.models.items():
+            self.models[model] = self.models.get(model, 0) + count
+        self.split_runs += aside.split_runs
+        self.orphan_results += aside.orphan_results
+        self._file_totals.merge(aside.totals)
+        for name, stats in aside.tools.items():
             self._tool(name).merge(stats)
-        self._runs.adopt(*runs)
+        self._runs.adopt(aside.runs)
         if self.selection is not None:
-            assert selection is not None  # the worker chose with this fleet's limit
-            self.selection.merge(selection)
+            assert aside.selection is not None  # chosen with this fleet's limit
+            self.selection.merge(aside.selection)
 
     def close_file(self, file_index: int) -> None:
         # Runs still open are finished in the order they started.
@@ -871,6 +948,11 @@ class Fleet:
             tool.no_progress += result.no_progress
             tool.steps_saved += result.counts.steps_saved
             tool.cost_saved += result.counts.cost_saved
+
+    @property
+    def keeps_runs(self) -> bool:
+        """Whether the report will hold every run (else it counts them: ``RunStore``)."""
+        return self._runs.keep
 
     def tool(self, name: str) -> ToolStats:
         """A tool's figures in the file being replayed, made when first needed (in the order
@@ -1215,6 +1297,7 @@ def replay(
     jobs: int = 1,
     on_call: CallSink | None = None,
     limit: int = DEFAULT_LIMIT,
+    keep_runs: bool = True,
 ) -> Report:
     """Replays every trace file in ``paths`` (``"-"`` is ``stdin``; an object with
     ``__arrow_c_stream__`` is a table of calls) and reports.
@@ -1224,8 +1307,18 @@ def replay(
     the files are shared among (``tripwire.replay.parallel``; the report is the same);
     ``on_call`` hears of every call with its verdict (``CallRow``); ``limit``: the runs the
     terminal report will list (``render``'s ``limit``), chosen as runs finish (0: none chosen
-    ahead; the report chooses them itself, whatever its limit)."""
-    fleet = Fleet(settings or Settings(), on_problem=on_problem, on_call=on_call, limit=limit)
+    ahead; the report chooses them itself, whatever its limit); ``keep_runs=False``: the
+    report's ``runs`` are counted, not kept (enough for ``render`` with this ``limit``,
+    not 0; not for ``--json``, the page or ``--out``)."""
+    if not keep_runs and limit <= 0:
+        raise ValueError("keep_runs=False needs a limit: the report would list every run")
+    fleet = Fleet(
+        settings or Settings(),
+        on_problem=on_problem,
+        on_call=on_call,
+        limit=limit,
+        runs=None if keep_runs else RunStore(keep=False),
+    )
     if jobs > 1:
         from tripwire.replay import parallel
 
