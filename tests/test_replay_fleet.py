@@ -350,6 +350,27 @@ def test_jobs_over_parquet_with_results_as_data(
     assert calls1.num_rows == 2000
 
 
+@pytest.mark.parametrize("limit", [1, 5, 20])
+def test_the_terminal_report_of_runs_counted_is_that_of_runs_kept(
+    tmp_path: Path, limit: int
+) -> None:
+    """The terminal report needs only the runs it lists: counted, not kept, the stops no one
+    will see not described (the native cores skip their previews), the same report."""
+    from tripwire.replay import render
+
+    _pyarrow()
+    layouts = ("jsonl", "parquet")
+    written = fleet_generator().write(tmp_path, 3000, shards=2, layouts=layouts)
+    for layout in layouts:
+        paths = [str(p) for p in written[layout]]
+        kept = replay(paths, limit=limit)
+        counted = replay(paths, limit=limit, keep_runs=False)
+        assert render(counted, limit=limit) == render(kept, limit=limit)
+        assert counted.totals == kept.totals and counted.tools == kept.tools
+        assert len(counted.runs) == len(kept.runs) > 50
+        kept.runs.close()
+
+
 # A fresh ``tripwire`` process: one thread until it imports pyarrow. It replays with workers
 # however small the input, and tells on stderr how they were started.
 _STARTED_BY = """

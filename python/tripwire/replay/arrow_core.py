@@ -165,6 +165,15 @@ class _Sink:
                 name, path, line, self.format, part, counts, nudge_step, nudge_tool, None,
                 None, None, None, None, None, None, None, (), source, timeline, model, reward,
             )  # fmt: skip
+        elif not fleet.shows_stopped(counts.cost_saved):
+            # Neither kept nor listed (the terminal report's runs are counted): summed only,
+            # without the previews of the stop and its lead (half this function's time).
+            step, reason, tool, repeats, key, row, message, _, _ = stop
+            result = RunResult(
+                name, path, line, self.format, part, counts, nudge_step, nudge_tool, step,
+                reason, tool, repeats, key, None, None, message, (), source, timeline, model,
+                reward,
+            )  # fmt: skip
         else:
             step, reason, tool, repeats, key, row, message, args, lead = stop
             result = RunResult(

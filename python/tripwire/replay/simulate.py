@@ -639,6 +639,12 @@ class Selection:
             self._place(run, 0)
         self._count += other._count
 
+    def takes_stopped(self, cost_saved: float) -> bool:
+        """Whether a stopped run saving ``cost_saved``, finishing next, would be chosen (the
+        rule of ``_place``: it ranks below every run before it of the same money)."""
+        stopped = self._stopped
+        return not self.limit or len(stopped) < self.limit or cost_saved > stopped[0][0]
+
     def runs(self) -> list[RunResult]:
         ordered = [run for *_, run in sorted(self._stopped, key=lambda i: i[:2], reverse=True)]
         ordered += self._nudged + self._rest
@@ -948,6 +954,13 @@ class Fleet:
             tool.no_progress += result.no_progress
             tool.steps_saved += result.counts.steps_saved
             tool.cost_saved += result.counts.cost_saved
+
+    def shows_stopped(self, cost_saved: float) -> bool:
+        """Whether a stopped run saving ``cost_saved``, finishing next, will be seen: kept
+        with the runs, or chosen for the terminal report. A run that will not is summed
+        only, and need not be described (``arrow_core``'s sink skips its previews)."""
+        selection = self.selection
+        return self._runs.keep or (selection is not None and selection.takes_stopped(cost_saved))
 
     @property
     def keeps_runs(self) -> bool:
