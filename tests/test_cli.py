@@ -595,3 +595,39 @@ def test_an_unreadable_file_is_a_permission_error(
     code, _, err = run(["replay", str(tmp_path)], capsys)
     assert code == 4
     assert "cannot open: Permission denied" in err
+
+
+_THREADS_AFTER = """
+import importlib.util, os, sys
+from tripwire._entry import main
+
+sys.argv = ["tripwire", *sys.argv[1:]]
+main()
+threads = None
+if importlib.util.find_spec("numpy") is not None:
+    import numpy  # noqa: F401  (loads OpenBLAS, which starts its threads now)
+
+    threads = len(os.listdir("/proc/self/task"))
+print(os.environ.get("OPENBLAS_NUM_THREADS"), threads, file=sys.stderr)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads counted in /proc")
+def test_the_command_keeps_openblas_to_one_thread(tmp_path: Path) -> None:
+    """pyarrow imports numpy, whose OpenBLAS threads spin while waiting for work a replay
+    never gives: the command's own process asks for none (a value the user set is kept)."""
+
+    def after(env: dict[str, str]) -> list[str]:
+        environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        done = subprocess.run(
+            [sys.executable, "-c", _THREADS_AFTER, "key", "get_logs", "{}"],
+            capture_output=True, text=True, timeout=120, env={**environ, **env},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stderr.split()
+
+    assert after({})[0] == "1"
+    assert after({"OPENBLAS_NUM_THREADS": "2"})[0] == "2"
+    _, threads = after({})
+    if threads != "None":  # numpy installed: OpenBLAS started no thread of its own
+        assert threads == "1"
