@@ -283,6 +283,8 @@ def _replay(paths: list[Path], jobs: int, core: str = "native") -> Replayed:
 # child would report its parent's (the generator's) peak.
 _CHILD = """
 import json, os, resource, sys, tempfile
+import tripwire._entry
+tripwire._entry.no_idle_threads()  # as the command's entry point does
 import tripwire.cli as cli
 import tripwire.replay.arrow_core, pyarrow.parquet  # imported before the clock starts
 def cpu():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -403,8 +404,11 @@ def test_workers_forked_from_one_thread_replay_the_same(tmp_path: Path, layout: 
     def replay(jobs: str, *, threads: bool = False) -> tuple[str, str]:
         script = ("import pyarrow\n" if threads else "") + _STARTED_BY
         args = [sys.executable, "-c", script, "replay", "--jobs", jobs, "--json"]
+        # Without the command's entry point, the libraries start their threads.
+        ours = ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")
+        env = {k: v for k, v in os.environ.items() if k not in ours}
         done = subprocess.run(
-            [*args, *map(str, paths)], capture_output=True, text=True, timeout=300
+            [*args, *map(str, paths)], capture_output=True, text=True, timeout=300, env=env
         )
         assert done.returncode == 0, done.stderr
         return done.stdout, done.stderr.splitlines()[-1]

@@ -32,13 +32,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return hooks_main(args)
     if argv is None:
-        # pyarrow imports numpy, whose OpenBLAS starts a thread per core that spins while
-        # it waits for work no command of ours gives it: measured 6% of a Parquet replay's
-        # CPU, and with --jobs each worker's spinning thread takes a share of the cores the
-        # workers need. Read when OpenBLAS loads, so set before anything imports numpy;
-        # a value the user set is kept. Only for the command's own process (``argv`` None):
-        # a program calling ``main`` keeps its environment.
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        # Only for the command's own process: a program calling ``main`` keeps its own.
+        no_idle_threads()
     from tripwire.cli import main as cli_main
 
     return cli_main(args)
+
+
+def no_idle_threads() -> None:
+    """Asks the libraries a replay loads for no threads of their own, where the user has not
+    said otherwise; read when each loads, so called before anything imports them.
+
+    * pyarrow imports numpy, whose OpenBLAS starts a thread per core that spins while it
+      waits for work no command of ours gives it: 6% of a Parquet replay's CPU, and with
+      ``--jobs`` each worker's spinning thread took a share of the cores the workers need.
+    * pyarrow starts jemalloc's background thread, though its default allocator is mimalloc:
+      a process with a thread of its own is not forked (``replay.parallel``), so ``--jobs``
+      after pyarrow was loaded (``--calls-out``) started its workers afresh (0.2 s)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")

@@ -178,9 +178,10 @@ def _start_method() -> str:
     this package (the forkserver, and spawn) about 0.2 s, a tenth of a million-call replay
     on two cores. A fork is safe only in a process with one thread: a child forked from a
     threaded one can hang on a lock held by a thread it lacks, and the parent may have
-    started pyarrow's threads (``--calls-out``, or an embedding program). Linux lists a
-    process's threads in ``/proc/self/task``; elsewhere (macOS's system libraries are not
-    safe to fork either) every worker is a fresh interpreter."""
+    started threads (pyarrow's pools, or an embedding program's; the command asks pyarrow
+    for none of its idle ones, ``_entry.no_idle_threads``). Linux lists a process's threads
+    in ``/proc/self/task``; elsewhere (macOS's system libraries are not safe to fork either)
+    every worker is a fresh interpreter."""
     if sys.platform != "linux":
         return "spawn"
     try:
