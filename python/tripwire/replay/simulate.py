@@ -470,8 +470,8 @@ class RunStore:
     garbage collection) removes the files.
 
     ``keep=False``: the runs are counted, not kept (the terminal report lists the runs its
-    ``Selection`` chose and needs only their number: writing a million runs out and reading
-    none back was a fifth of a native replay's time); iterating is an error."""
+    ``Selection`` chose and needs only their number: pickling every run to read none back
+    was 7% of a native replay of a million calls); iterating is an error."""
 
     def __init__(
         self, spill_after: int | None = None, directory: str | None = None, *, keep: bool = True
@@ -528,13 +528,20 @@ class RunStore:
                 self._spill()
             self._files.close_writing()
             for path in runs.paths:
-                fd, own = tempfile.mkstemp(prefix="tripwire-replay-", suffix=".runs")
+                fd, own = tempfile.mkstemp(
+                    prefix="tripwire-replay-", suffix=".runs", dir=self._directory
+                )
                 os.close(fd)
                 self._files.paths.append(own)
                 shutil.move(path, own)
         self._count += runs.in_files
         for run in runs.memory:
             self.append(run)
+
+    def sibling(self) -> RunStore:
+        """An empty store like this one: counting or keeping, its files in the same place
+        (a ``--jobs`` worker's: the parent's private directory, removed whole at the end)."""
+        return RunStore(directory=self._directory, keep=self.keep)
 
     @property
     def spilled(self) -> bool:
@@ -853,7 +860,7 @@ class Fleet:
         return Fleet(
             self.settings,
             keep_problems=self._keep,
-            runs=RunStore(keep=self.keeps_runs),
+            runs=self._runs.sibling(),
             limit=0 if self.selection is None else self.selection.limit,
         )
 
@@ -882,8 +889,9 @@ class Fleet:
 
     def take(self, aside: Aside) -> None:
         """A file replayed aside (``outcome``, after ``register_file``), as if replayed here:
-        its problems told, its sums added as this fleet adds a file's, its runs after these,
-        and those it chose for the report (with this fleet's limit) among these'."""
+        its problems told, its sums added as this fleet adds a file's, its runs after this
+        fleet's, and the runs it chose for the report merged into this fleet's choice (both
+        made with this fleet's limit)."""
         for problem in aside.problems:
             self.problem(problem)
         self.problems_total += aside.problems_total - len(aside.problems)
