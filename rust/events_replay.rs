@@ -146,8 +146,6 @@ fn resolve<'a>(
 /// Reads a file's lines, each with its newline (the last may have none), up to a length.
 pub struct LineReader {
     file: File,
-    /// Bytes still to be read from the file.
-    remaining: u64,
     /// Lines longer than this (its newline aside) may be refused with an error.
     max_line: usize,
     buffer: Vec<u8>,
@@ -159,12 +157,11 @@ pub struct LineReader {
 }
 
 impl LineReader {
-    /// The file at `path`, read to its end or for `length` bytes, in lines of at most
-    /// `max_line` bytes (a longer one may be an error).
-    pub fn open(path: &str, length: Option<u64>, max_line: usize) -> io::Result<LineReader> {
+    /// The file at `path`, read to its end, in lines of at most `max_line` bytes (a longer
+    /// one may be an error).
+    pub fn open(path: &str, max_line: usize) -> io::Result<LineReader> {
         Ok(LineReader {
             file: File::open(path)?,
-            remaining: length.unwrap_or(u64::MAX),
             max_line,
             buffer: vec![0; CHUNK],
             start: 0,
@@ -210,10 +207,8 @@ impl LineReader {
                 }
                 self.buffer.resize(self.buffer.len() * 2, 0);
             }
-            let room =
-                (self.buffer.len() - self.end).min(self.remaining.try_into().unwrap_or(usize::MAX));
             let read = loop {
-                match self.file.read(&mut self.buffer[self.end..self.end + room]) {
+                match self.file.read(&mut self.buffer[self.end..]) {
                     Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                     other => break other?,
                 }
@@ -222,7 +217,6 @@ impl LineReader {
                 self.eof = true;
             }
             self.end += read;
-            self.remaining -= read as u64;
         }
     }
 }
@@ -590,29 +584,25 @@ mod tests {
     }
 
     #[test]
-    fn lines_are_read_whole_and_only_as_far_as_asked() {
+    fn lines_are_read_whole_with_their_newlines() {
         let path = std::env::temp_dir().join(format!("tripwire-lines-{}", std::process::id()));
         let long = "x".repeat(CHUNK + 10);
         let text = format!("a\n\n{long}\nb\r\nlast");
         std::fs::write(&path, &text).expect("written");
-        let read = |length: Option<u64>| {
+        let read = || {
             let mut reader =
-                LineReader::open(path.to_str().expect("utf-8"), length, usize::MAX).expect("open");
+                LineReader::open(path.to_str().expect("utf-8"), usize::MAX).expect("open");
             let mut lines = Vec::new();
             while let Some(line) = reader.next_line().expect("read") {
                 lines.push(String::from_utf8(line.to_vec()).expect("utf-8"));
             }
             (lines, reader.position)
         };
-        let (all, position) = read(None);
+        let (all, position) = read();
         assert_eq!(all, ["a\n", "\n", &format!("{long}\n"), "b\r\n", "last"]);
         assert_eq!(position, text.len() as u64);
-        assert_eq!(
-            read(Some(3)),
-            (vec!["a\n".to_string(), "\n".to_string()], 3)
-        );
         // A line longer than the reader reads is an error once it outgrows the buffer.
-        let mut reader = LineReader::open(path.to_str().expect("utf-8"), None, 10).expect("open");
+        let mut reader = LineReader::open(path.to_str().expect("utf-8"), 10).expect("open");
         assert_eq!(reader.next_line().expect("read"), Some(&b"a\n"[..]));
         reader.next_line().expect("read");
         assert!(reader.next_line().is_err());

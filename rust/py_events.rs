@@ -137,7 +137,7 @@ impl EventsReplay {
                 "an EventsReplay replays one file once",
             ));
         }
-        let mut reader = match LineReader::open(path, None, inner.limit) {
+        let mut reader = match LineReader::open(path, inner.limit) {
             Ok(reader) => reader,
             Err(err) => return Ok(Some(format!("cannot read: {err}"))),
         };
