@@ -321,10 +321,12 @@ def test_jobs_output_is_byte_identical(
         page = tmp_path / f"page{jobs}.html"
         text = cli(["replay", "--jobs", jobs, "--limit", "0", *paths], capsys)
         as_json = cli(["replay", "--jobs", jobs, "--json", "--html", str(page), *paths], capsys)
-        outputs.append((text, as_json, page.read_bytes()))
+        # The default table: its runs chosen as they finish, the others counted, not kept.
+        table = [cli(["replay", "--jobs", jobs, "--limit", n, *paths], capsys) for n in "13"]
+        outputs.append((text, as_json, page.read_bytes(), table))
     assert outputs[0] == outputs[1]
-    assert len(workers) == 2 * 7  # every file, by the workers, in both --jobs 2 runs
-    (code, out, err), _, _ = outputs[0]
+    assert len(workers) == 4 * 7  # every file, by the workers, in each --jobs 2 run
+    (code, out, err), _, _, _ = outputs[0]
     assert code == 4 and "zz-broken.jsonl:2: not JSON" in err
     assert "run-0000001" in out
 

@@ -157,22 +157,22 @@ class _Sink:
             0, 0, input_saved, output_saved, costs[0], costs[1], invalid, skipped, results,
             unlinked,
         )  # fmt: skip
+        source: Source = "estimated" if estimated else "none"
+        self.stats.runs += 1
+        if not fleet.shows(stop is not None, nudge_count > 0, counts.cost_saved):
+            # Neither kept nor listed (the terminal report's runs are counted): summed only,
+            # not made into a RunResult nor the stop described (most of this function's time).
+            if stop is None:
+                fleet.add_unseen(counts, None, None, None, source, reward)
+            else:
+                fleet.add_unseen(counts, stop[0], stop[1], stop[2], source, reward)
+            return
         path = self.stats.path
         nudge_step, nudge_tool = nudge if nudge is not None else (None, None)
-        source: Source = "estimated" if estimated else "none"
         if stop is None:
             result = RunResult(
                 name, path, line, self.format, part, counts, nudge_step, nudge_tool, None,
                 None, None, None, None, None, None, None, (), source, timeline, model, reward,
-            )  # fmt: skip
-        elif not fleet.shows_stopped(counts.cost_saved):
-            # Neither kept nor listed (the terminal report's runs are counted): summed only,
-            # without the previews of the stop and its lead (half this function's time).
-            step, reason, tool, repeats, key, row, message, _, _ = stop
-            result = RunResult(
-                name, path, line, self.format, part, counts, nudge_step, nudge_tool, step,
-                reason, tool, repeats, key, None, None, message, (), source, timeline, model,
-                reward,
             )  # fmt: skip
         else:
             step, reason, tool, repeats, key, row, message, args, lead = stop
@@ -183,7 +183,6 @@ class _Sink:
                 tuple((s, action, lead_preview(_call(t, a))) for s, action, t, a in lead),
                 source, timeline, model, reward,
             )  # fmt: skip
-        self.stats.runs += 1
         fleet.add_result(result)
 
     def _location(self, row: int) -> str:

@@ -421,20 +421,33 @@ class Totals:
         return getattr(self.counts, name)
 
     def add(self, run: RunResult) -> None:
-        counts = run.counts
+        self.add_figures(
+            run.counts, run.stop_step is not None, run.reason, run.tokens_source, run.reward
+        )
+
+    def add_figures(
+        self,
+        counts: Counts,
+        stopped: bool,
+        reason: str | None,
+        source: Source,
+        reward: float | None,
+    ) -> None:
+        """A run's figures, of a ``RunResult`` (``add``) or of a run not made into one (a
+        run no one will see: ``Fleet.add_unseen``)."""
         self.counts.add(counts)
         self.runs += 1
-        self.stopped += run.stopped
-        self.looped += run.looped
-        self.no_progress += run.no_progress
+        self.stopped += stopped
+        self.looped += reason == "loop_detected"
+        self.no_progress += reason == "no_progress"
         self.nudged += counts.nudges > 0
-        self.nudged_only += counts.nudges > 0 and run.stop_step is None
-        self.tokens_source = combine(self.tokens_source, run.tokens_source)
-        if run.reward is not None:
+        self.nudged_only += counts.nudges > 0 and not stopped
+        self.tokens_source = combine(self.tokens_source, source)
+        if reward is not None:
             self.labelled += 1
-            self.succeeded += run.reward > 0
-            self.stopped_labelled += run.stopped
-            self.stopped_succeeded += run.stopped and run.reward > 0
+            self.succeeded += reward > 0
+            self.stopped_labelled += stopped
+            self.stopped_succeeded += stopped and reward > 0
 
     def merge(self, other: Totals) -> None:
         """Another's totals (a file's) added to these."""
@@ -484,6 +497,11 @@ class RunStore:
         self._files = _Segments()
         self._count = 0
         self._finalizer = weakref.finalize(self, self._files.remove)
+
+    def count_one(self) -> None:
+        """A run counted and not kept, never made into a ``RunResult`` (``keep=False``)."""
+        assert not self.keep
+        self._count += 1
 
     def append(self, run: RunResult) -> None:
         self._count += 1
@@ -646,11 +664,21 @@ class Selection:
             self._place(run, 0)
         self._count += other._count
 
-    def takes_stopped(self, cost_saved: float) -> bool:
-        """Whether a stopped run saving ``cost_saved``, finishing next, would be chosen (the
-        rule of ``_place``: it ranks below every run before it of the same money)."""
-        stopped = self._stopped
-        return not self.limit or len(stopped) < self.limit or cost_saved > stopped[0][0]
+    def takes(self, stopped: bool, nudged: bool, cost_saved: float) -> bool:
+        """Whether a run finishing next would be chosen: ``_place``'s rule, told before the
+        run is made (a stopped run ranks below every run before it of the same money)."""
+        limit = self.limit
+        if not limit:
+            return True
+        if stopped:
+            chosen = self._stopped
+            return len(chosen) < limit or cost_saved > chosen[0][0]
+        return len(self._nudged if nudged else self._rest) < limit
+
+    def skip(self) -> None:
+        """A run finished that ``takes`` said would not be chosen: numbered all the same, so
+        that the runs after it rank as they would have."""
+        self._count += 1
 
     def runs(self) -> list[RunResult]:
         ordered = [run for *_, run in sorted(self._stopped, key=lambda i: i[:2], reverse=True)]
@@ -950,25 +978,57 @@ class Fleet:
         self.add_result(result)
 
     def add_result(self, result: RunResult) -> None:
-        """A finished run into the fleet's results, totals and tools (a run replayed in
-        another process too: ``tripwire.replay.parallel``)."""
+        """A finished run into the fleet's results, totals and tools."""
         self._runs.append(result)
-        self._file_totals.add(result)
         if self.selection is not None:
             self.selection.add(result)
-        if result.stop_step is not None and result.tool is not None:
-            tool = self._tool(result.tool)
-            tool.stops += 1
-            tool.no_progress += result.no_progress
-            tool.steps_saved += result.counts.steps_saved
-            tool.cost_saved += result.counts.cost_saved
+        self._sum(
+            result.counts, result.stop_step, result.reason, result.tool,
+            result.tokens_source, result.reward,
+        )  # fmt: skip
 
-    def shows_stopped(self, cost_saved: float) -> bool:
-        """Whether a stopped run saving ``cost_saved``, finishing next, will be seen: kept
-        with the runs, or chosen for the terminal report. A run that will not is summed
-        only, and need not be described (``arrow_core``'s sink skips its previews)."""
+    def shows(self, stopped: bool, nudged: bool, cost_saved: float) -> bool:
+        """Whether a run finishing next will be seen: kept with the runs, or chosen for the
+        terminal report. One that will not need not be made into a ``RunResult`` (2.2 us,
+        the costliest part of a run in the native cores' Python): ``add_unseen``."""
         selection = self.selection
-        return self._runs.keep or (selection is not None and selection.takes_stopped(cost_saved))
+        return self._runs.keep or (
+            selection is not None and selection.takes(stopped, nudged, cost_saved)
+        )
+
+    def add_unseen(
+        self,
+        counts: Counts,
+        stop_step: int | None,
+        reason: str | None,
+        tool: str | None,
+        source: Source,
+        reward: float | None,
+    ) -> None:
+        """A finished run ``shows`` said no one will see: counted and summed, as
+        ``add_result`` would have, never made into a ``RunResult``."""
+        self._runs.count_one()
+        if self.selection is not None:
+            self.selection.skip()
+        self._sum(counts, stop_step, reason, tool, source, reward)
+
+    def _sum(
+        self,
+        counts: Counts,
+        stop_step: int | None,
+        reason: str | None,
+        tool: str | None,
+        source: Source,
+        reward: float | None,
+    ) -> None:
+        stopped = stop_step is not None
+        self._file_totals.add_figures(counts, stopped, reason, source, reward)
+        if stopped and tool is not None:
+            stats = self._tool(tool)
+            stats.stops += 1
+            stats.no_progress += reason == "no_progress"
+            stats.steps_saved += counts.steps_saved
+            stats.cost_saved += counts.cost_saved
 
     @property
     def keeps_runs(self) -> bool:
