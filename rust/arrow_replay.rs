@@ -336,6 +336,9 @@ pub struct Row<'a> {
 /// The replay of one table: rows in, finished runs and problems out.
 pub struct TableReplay {
     limits: Limits,
+    /// Verdicts waiting for their results a run holds, the oldest forgotten past it
+    /// (`simulate.MAX_PENDING`).
+    pub max_pending: usize,
     observe: bool,
     /// The guard's volatile keys, and the default ones (results are keyed with those).
     volatile: Arc<VolatileNames>,
@@ -445,6 +448,7 @@ impl TableReplay {
     ) -> TableReplay {
         TableReplay {
             limits,
+            max_pending: MAX_PENDING,
             observe,
             volatile,
             default_volatile,
@@ -697,6 +701,23 @@ impl TableReplay {
         Ok(())
     }
 
+    /// Whether results are given to the guard (`Fleet._observe`).
+    pub fn observes(&self) -> bool {
+        self.observe
+    }
+
+    /// A result given apart from its call (the events format's `result_of` line) to the open
+    /// run: linked to the newest verdict waiting under its id (`Fleet._result`).
+    pub fn result_apart<C: Cold>(
+        &mut self,
+        cold: &mut C,
+        call_id: CallId<'_>,
+        result: Returned<'_>,
+        number: u64,
+    ) -> Result<(), C::Error> {
+        self.result(cold, call_id, None, result, None, number)
+    }
+
     fn wait(&mut self, call_id: CallId<'_>, waiting: Waiting) {
         let Some(open) = self.open.as_mut() else {
             return;
@@ -705,7 +726,7 @@ impl TableReplay {
             open.pending.remove(at);
         }
         open.pending.push_back((call_id.owned(), waiting));
-        if open.pending.len() > MAX_PENDING {
+        if open.pending.len() > self.max_pending {
             open.pending.pop_front();
         }
     }
@@ -943,7 +964,7 @@ impl TableReplay {
                 }
                 // The reference keeps it a moment (`_await_results`), forgetting the oldest
                 // verdict waiting if that makes one too many, then takes it back.
-                if open.pending.len() >= MAX_PENDING {
+                if open.pending.len() >= self.max_pending {
                     open.pending.pop_front();
                 }
                 Some(waiting)

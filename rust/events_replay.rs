@@ -9,7 +9,8 @@
 //! the file in the order they started.
 //!
 //! Scope: every line an object with `tool`, read by `Lines.feed` without a problem, and no
-//! `turn` or `usage` (one call a model turn, tokens estimated from the line's size). A file
+//! `turn` or `usage` (one call a model turn, tokens estimated from the line's size), or an
+//! earlier call's result on a line of its own (`result_of`). A file
 //! with any other line is given up at that line ([`EventsReplay::line`] says why): the Python
 //! side replays into a fleet of its own and throws it away then, and the per-call path reads
 //! the file whole. Giving up late costs a native pass (a tenth of the per-call one); a
@@ -80,17 +81,7 @@ fn resolve<'a>(
     if fields.turn.is_some_and(|v| !v.is_null()) || fields.usage.is_some_and(|v| !v.is_null()) {
         return Err("a line with a turn or usage");
     }
-    // `run` unless null, else `run_id` (null too), else the file's name.
-    let run = match (fields.run, fields.run_id) {
-        (Some(run), _) if !run.is_null() => Some(run),
-        (_, run_id) => run_id,
-    };
-    let run = match run {
-        None => default_run,
-        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, run_buffer)?,
-        Some(v) if v.kind == Kind::Int => jsonl::int_text(v.raw),
-        Some(_) => return Err("a run that is not a name"),
-    };
+    let run = run_name(fields, run_buffer, default_run)?;
     let tool = match fields.tool {
         Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, tool_buffer)?,
         Some(_) => return Err("a tool that is not a name"),
@@ -118,9 +109,7 @@ fn resolve<'a>(
     };
     let result = match fields.result {
         None => None,
-        Some(v) if v.kind == Kind::Str && v.decoded => Some(Returned::Text(&decoded.result)),
-        Some(v) if v.kind == Kind::Str => Some(Returned::Text(text(v, result_buffer)?)),
-        Some(v) => Some(Returned::Value(v.raw)),
+        Some(v) => Some(returned(v, &decoded.result, result_buffer)?),
     };
     // A call with a result on its line is linked to it by its id, or by one only this line
     // has (an empty id too: `call_id or ...`).
@@ -143,7 +132,72 @@ fn resolve<'a>(
     })
 }
 
-/// Reads a file's lines, each with its newline (the last may have none), up to a length.
+/// The run a line names (`Lines.feed`): `run` unless null, else `run_id` (null too), else
+/// the file's (`default_run`).
+fn run_name<'a>(
+    fields: &Fields<'a>,
+    buffer: &'a mut Vec<u8>,
+    default_run: &'a [u8],
+) -> Result<&'a [u8], Why> {
+    let run = match (fields.run, fields.run_id) {
+        (Some(run), _) if !run.is_null() => Some(run),
+        (_, run_id) => run_id,
+    };
+    match run {
+        None => Ok(default_run),
+        Some(v) if v.kind == Kind::Str && !v.raw.is_empty() => text(v, buffer),
+        Some(v) if v.kind == Kind::Int => Ok(jsonl::int_text(v.raw)),
+        Some(_) => Err("a run that is not a name"),
+    }
+}
+
+/// A `result` member as the guard is told it: a string's text (unescaped as it was scanned,
+/// `decoded`, or into `buffer`), else the JSON value's text.
+fn returned<'a>(
+    v: Value<'a>,
+    decoded: &'a [u8],
+    buffer: &'a mut Vec<u8>,
+) -> Result<Returned<'a>, Why> {
+    Ok(match v.kind {
+        Kind::Str if v.decoded => Returned::Text(decoded),
+        Kind::Str => Returned::Text(text(v, buffer)?),
+        _ => Returned::Value(v.raw),
+    })
+}
+
+/// A line that gives an earlier call's result (`{"run", "result_of": ID, "result"}`:
+/// `Lines._result_line`): its run, the call's id and the result. Read before any `turn` or
+/// `usage` the line has, which the per-call path does not look at for it either.
+fn resolve_result<'a>(
+    fields: &Fields<'a>,
+    scratch: &'a mut Scratch,
+    default_run: &'a [u8],
+) -> Result<(&'a [u8], &'a [u8], Returned<'a>), Why> {
+    let Scratch {
+        run: run_buffer,
+        result: result_buffer,
+        call_id: id_buffer,
+        decoded,
+        ..
+    } = scratch;
+    let run = run_name(fields, run_buffer, default_run)?;
+    // Another id, or no result: a problem the per-call path words (with the value's repr).
+    let call_id = match fields.result_of {
+        Some(v) if v.kind == Kind::Str => text(v, id_buffer)?,
+        Some(v) if v.kind == Kind::Int => jsonl::int_text(v.raw),
+        _ => return Err("a result_of that is not a call id"),
+    };
+    let Some(result) = fields.result else {
+        return Err("a result_of without a result");
+    };
+    Ok((
+        run,
+        call_id,
+        returned(result, &decoded.result, result_buffer)?,
+    ))
+}
+
+/// Reads a file's lines, each with its newline (the last may have none), to its end.
 pub struct LineReader {
     file: File,
     /// Lines longer than this (its newline aside) may be refused with an error.
@@ -244,6 +298,8 @@ pub struct EventsReplay {
     started: u64,
     /// Runs that came back after being finished early (`Fleet.split_runs`).
     pub split_runs: u64,
+    /// Results on lines of their own whose run was not open (`Fleet.orphan_results`).
+    pub orphan_results: u64,
     default_run: Vec<u8>,
     /// Lines longer than this (their newline aside) are not read natively.
     line_limit: usize,
@@ -273,6 +329,7 @@ impl EventsReplay {
             max_evicted,
             started: 0,
             split_runs: 0,
+            orphan_results: 0,
             default_run,
             line_limit,
             read_a_call: false,
@@ -342,6 +399,9 @@ impl EventsReplay {
         produced: u64,
         number: u64,
     ) -> Result<Result<(), Why>, C::Error> {
+        if fields.tool.is_none() && fields.result_of.is_some() {
+            return self.result_line(cold, fields, scratch, default_run, number);
+        }
         let call = match resolve(fields, scratch, default_run, number) {
             Ok(call) => call,
             Err(why) => return Ok(Err(why)),
@@ -369,6 +429,38 @@ impl EventsReplay {
                 error: None,
             },
         );
+        self.open.value_mut(slot).open = self.core.swap_open(None);
+        replayed.map(Ok)
+    }
+
+    /// An earlier call's result, on a line of its own (`Fleet._result`): to the open run it
+    /// names, linked to the newest verdict waiting under its id; a run not open (not started
+    /// yet, or finished early) counts it as an orphan. Ignored unless results are observed.
+    fn result_line<C: Cold>(
+        &mut self,
+        cold: &mut C,
+        fields: &Fields<'_>,
+        scratch: &mut Scratch,
+        default_run: &[u8],
+        number: u64,
+    ) -> Result<Result<(), Why>, C::Error> {
+        let (run, call_id, result) = match resolve_result(fields, scratch, default_run) {
+            Ok(found) => found,
+            Err(why) => return Ok(Err(why)),
+        };
+        if !self.core.observes() {
+            return Ok(Ok(()));
+        }
+        let Some(slot) = self.open.find(run) else {
+            self.orphan_results += 1;
+            return Ok(Ok(()));
+        };
+        self.open.touch(slot);
+        let open = self.open.value_mut(slot).open.take();
+        self.core.swap_open(open);
+        let replayed = self
+            .core
+            .result_apart(cold, CallId::Given(call_id), result, number);
         self.open.value_mut(slot).open = self.core.swap_open(None);
         replayed.map(Ok)
     }

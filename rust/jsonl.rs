@@ -72,6 +72,7 @@ pub struct Fields<'a> {
     pub model: Option<Value<'a>>,
     pub turn: Option<Value<'a>>,
     pub usage: Option<Value<'a>>,
+    pub result_of: Option<Value<'a>>,
 }
 
 impl<'a> Fields<'a> {
@@ -88,6 +89,7 @@ impl<'a> Fields<'a> {
             b"model" => &mut self.model,
             b"turn" => &mut self.turn,
             b"usage" => &mut self.usage,
+            b"result_of" => &mut self.result_of,
             _ => return None,
         })
     }

@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
 use crate::arrow_ffi::{self, Array, Column, FfiArray, FfiSchema, FfiStream, Kind, Schema, Stream};
 use crate::arrow_replay::{
-    Cold, Logged, Returned, Row, RunOut, Spec, Stop, StopDetail, TableReplay as Core,
+    Cold, Logged, Returned, Row, RunOut, Spec, Stop, StopDetail, TableReplay as Core, MAX_PENDING,
 };
 use crate::guard::{Action, Outcome, Question};
 use crate::key::{key_hex, Key};
@@ -456,9 +456,10 @@ pub(crate) fn run_item<'py>(py: Python<'py>, run: &RunOut) -> PyResult<Bound<'py
 impl TableReplay {
     /// `guard`: a native `Guard` with the replay's settings (its policies, keys, messages);
     /// `observe`: whether results are given to the guard; `prices(model) -> (input, output,
-    /// cache_read, cache_write)`; `plan`: our column -> the table's; `sink(runs, problems)`.
+    /// cache_read, cache_write)`; `plan`: our column -> the table's; `sink(runs, problems)`;
+    /// `max_pending`: `simulate.MAX_PENDING`.
     #[new]
-    #[pyo3(signature = (guard, /, *, observe, prices, plan, sink, cell_limit, too_long))]
+    #[pyo3(signature = (guard, /, *, observe, prices, plan, sink, cell_limit, too_long, max_pending = MAX_PENDING))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -469,6 +470,7 @@ impl TableReplay {
         sink: Py<PyAny>,
         cell_limit: usize,
         too_long: &Bound<'_, PyDict>,
+        max_pending: usize,
     ) -> PyResult<TableReplay> {
         let mut columns = Vec::with_capacity(COLUMNS.len());
         for column in COLUMNS {
@@ -495,6 +497,7 @@ impl TableReplay {
         // Only the columns Arrow holds as (large) strings are measured, as the per-call path
         // measures them (`table._Rows.batch`).
         core.cell_limit = cell_limit;
+        core.max_pending = max_pending;
         for (slot, column) in core.too_long.iter_mut().zip(COLUMNS) {
             if let Some(message) = too_long.get_item(column)? {
                 *slot = Some(message.extract()?);

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
-use crate::arrow_replay::TableReplay as Table;
+use crate::arrow_replay::{TableReplay as Table, MAX_PENDING};
 use crate::events_replay::{EventsReplay as Core, LineReader};
 use crate::py_arrow::{run_item, PyCold};
 use crate::py_canon::VolatileKeys;
@@ -79,10 +79,11 @@ impl EventsReplay {
 impl EventsReplay {
     /// `guard`: a native `Guard` with the replay's settings; `observe`: whether results are
     /// given to the guard; `prices(model)`; `sink`; `default_run`: the run of a line that
-    /// names none (the file); `max_open`, `max_evicted`: `simulate.MAX_OPEN_RUNS` and
-    /// `MAX_EVICTED`; `line_limit`: `files.MAX_LINE_BYTES`.
+    /// names none (the file); `max_open`, `max_evicted`, `max_pending`:
+    /// `simulate.MAX_OPEN_RUNS`, `MAX_EVICTED` and `MAX_PENDING`; `line_limit`:
+    /// `files.MAX_LINE_BYTES`.
     #[new]
-    #[pyo3(signature = (guard, /, *, observe, prices, sink, default_run, max_open, max_evicted, line_limit))]
+    #[pyo3(signature = (guard, /, *, observe, prices, sink, default_run, max_open, max_evicted, line_limit, max_pending = MAX_PENDING))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -94,6 +95,7 @@ impl EventsReplay {
         max_open: usize,
         max_evicted: usize,
         line_limit: usize,
+        max_pending: usize,
     ) -> PyResult<EventsReplay> {
         if max_open == 0 {
             return Err(PyValueError::new_err("max_open must be at least 1"));
@@ -101,13 +103,14 @@ impl EventsReplay {
         let config = &guard.get().config;
         let volatile = config.volatile.clone();
         let default = VolatileKeys::from_arg(py, None)?;
-        let table = Table::new(
+        let mut table = Table::new(
             config.limits,
             observe,
             Arc::new(volatile.names().clone()),
             Arc::new(default.names().clone()),
             volatile.only_exact_str(),
         );
+        table.max_pending = max_pending;
         let default_run = default_run.into_bytes();
         Ok(EventsReplay {
             inner: Mutex::new(Inner {
@@ -194,6 +197,12 @@ impl EventsReplay {
     #[getter]
     fn split_runs(&self) -> PyResult<u64> {
         Ok(self.locked()?.core.split_runs)
+    }
+
+    /// Results on lines of their own whose run was not open (`Fleet.orphan_results`).
+    #[getter]
+    fn orphan_results(&self) -> PyResult<u64> {
+        Ok(self.locked()?.core.orphan_results)
     }
 
     /// Bytes read.

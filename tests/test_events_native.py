@@ -330,7 +330,9 @@ def test_a_line_that_is_not_utf8_is_reported_natively(
         {"run": "a", "usage": {"input_tokens": 3}},
         {"run": "a", "tool": "x", "turn": 1},
         {"run": "a", "tool": "x", "usage": {"input_tokens": 3, "output_tokens": 1}},
-        {"run": "a", "result_of": "c1", "result": "x"},
+        {"run": "a", "result_of": None, "result": "x"},
+        {"run": "a", "result_of": 1.5, "result": "x"},
+        {"run": "a", "result_of": "c1"},
         {"run": "a", "event": "budget"},
         {"run": "a", "tool": "x", "args": "\ud800"},
         '{"run": "a", "t\\u006fol": "x"}',
@@ -377,6 +379,48 @@ def test_a_file_given_up_late_leaves_nothing_of_what_was_replayed(
         assert texts[0] == texts[1] and "6,101 runs" in texts[0]
     assert sum(given) > 2000  # the aside had them: runs of the late file, then given up
     assert taken == [fine, fine]
+
+
+@pytest.mark.parametrize("pending", [1, simulate.MAX_PENDING])
+def test_results_on_lines_of_their_own_byte_identical(
+    pending: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    """``{"run", "result_of": ID, "result"}`` gives an earlier call's result: linked to the
+    newest call waiting under that id, progress or not; to no call (unlinked), to a run not
+    open (an orphan: before its first call, or finished early), after the stop (ignored);
+    past ``MAX_PENDING`` calls waiting, the oldest forgotten."""
+    monkeypatch.setattr(simulate, "MAX_OPEN_RUNS", 2)
+    monkeypatch.setattr(simulate, "MAX_PENDING", pending)
+
+    def poll(run: str, n: int, call_id: Any) -> dict[str, Any]:
+        return {"run": run, "tool": "job_status", "args": {"job": 1}, "call_id": call_id}
+
+    records: list[Any] = [{"run": "early", "result_of": "x", "result": "{}"}]
+    for n in range(6):  # progress: the job advances, no loop
+        records += [poll("p", n, f"c{n}"), {"run": "p", "result_of": f"c{n}", "result": {"n": n}}]
+    for n in range(6):  # the same answer every time: stopped
+        records += [poll("s", n, 7), {"run": "s", "result_of": 7, "result": '{"state":"x"}'}]
+    records += [
+        poll("u", 0, "same"), poll("u", 1, "same"),  # one id twice: the newer call's result
+        {"run": "u", "result_of": "same", "result": "{}"},
+        {"run": "u", "result_of": "same", "result": "{}"},  # nothing waits: unlinked
+        {"run": "u", "result_of": "", "result": None, "turn": 3, "usage": {"input_tokens": 1}},
+        poll("u", 2, ""), {"run": "u", "result_of": "", "result": "Error: boom"},
+        {"result_of": "c1", "result": "{}"},  # the file's run, never started
+        poll("w", 0, "w0"), poll("w", 1, "w1"),  # w0 forgotten when one may wait
+        {"run": "w", "result_of": "w0", "result": "{}"},
+        {"run": "w", "result_of": "w1", "result": "{}"},
+        poll("x", 0, "a"), poll("y", 0, "b"), poll("z", 0, "c"),  # x finished early
+        {"run": "x", "result_of": "a", "result": "{}"},
+        {"run": "z", "result_of": "c", "result": "{}"},
+    ]  # fmt: skip
+    path = lines(tmp_path / "results.jsonl", records)
+    for chosen in SETTINGS:
+        native, reference = both(monkeypatch, [path], settings=chosen)
+        assert native == reference, chosen
+    assert len(taken) == len(SETTINGS)
+    summary = native[0]["summary"]
+    assert summary["stopped"] >= 1 and summary["results_unlinked"] >= 4
 
 
 def test_other_files_go_to_the_per_call_path(
@@ -490,11 +534,19 @@ record = st.tuples(
 # Lines the per-call path reports and skips (or skips silently): read natively too.
 _BAD = ("not json", '{"run": "r1", "tool": "bash"', "{} {}", "\u3000", "", '{"a": "\\q"}',
         '{"run": "r2", "tool": "x", "args": [1,]}', "\ufeff{}")  # fmt: skip
-line = st.one_of(record, st.sampled_from(_BAD))
+# An earlier call's result on a line of its own: the ids of the calls above, one no call
+# has, and runs open, not yet started, or the file's.
+result_line = st.tuples(
+    st.sampled_from(("r1", "r2", "r5", "MISSING")),
+    st.sampled_from(("i1", "i2", 3, "", "nope")),
+    st.sampled_from([r for r in _RESULTS if r != "MISSING"]),
+).map(lambda t: {k: v for k, v in zip(("run", "result_of", "result"), t, strict=True)
+                   if v != "MISSING"})  # fmt: skip
+line = st.one_of(record, result_line, st.sampled_from(_BAD))
 
 
-def _record(fields: tuple[Any, ...] | str) -> dict[str, Any] | str:
-    if isinstance(fields, str):
+def _record(fields: tuple[Any, ...] | str | dict[str, Any]) -> dict[str, Any] | str:
+    if isinstance(fields, (str, dict)):
         return fields
     run, tool, key, args, result, call_id, model = fields
     made: dict[str, Any] = {"run": run, "tool": tool, key: args, "result": result,
@@ -511,7 +563,7 @@ def _record(fields: tuple[Any, ...] | str) -> dict[str, Any] | str:
     open_runs=st.sampled_from((1, 2, simulate.MAX_OPEN_RUNS)),
 )
 def test_random_files(
-    records: list[tuple[Any, ...]],
+    records: list[Any],
     chosen: Settings,
     open_runs: int,
     tmp_path_factory: pytest.TempPathFactory,

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import tripwire
+from tripwire.replay import simulate as _simulate
 from tripwire.replay.cost import Source
 from tripwire.replay.formats import FileStats, Problem, location
 from tripwire.replay.formats import files as _files
@@ -211,6 +212,7 @@ def _native(fleet: Fleet, plan: dict[str, str], stats: FileStats, too_long: dict
         sink=_Sink(fleet, stats),
         cell_limit=_files.MAX_LINE_BYTES,
         too_long=too_long,
+        max_pending=_simulate.MAX_PENDING,
     )
 
 

@@ -10,12 +10,13 @@ neither gzip nor any binary format, no byte-order mark, whose first line the eve
 claims, and every line of which the native reader reads as ``Lines.feed`` would without a
 problem: blank, or one JSON object with a ``tool`` (a non-empty string), a ``run``/``run_id``
 that is a name or none, no ``turn`` or ``usage``, strings free of lone surrogates, no line
-over ``files.MAX_LINE_BYTES`` (a line that is not JSON, after the first, is reported and
-skipped as the per-call path does). Rust gives up at the first line that is not so, and
-says why (``EventsReplay.replay``); the file was replayed into a fleet aside
-(``Fleet.aside``), which is thrown away, and the per-call path reads the file whole, which
-reports what it reports. One pass over the file, then: deciding first cost a second one,
-a tenth of the native replay's time.
+over ``files.MAX_LINE_BYTES``; or an earlier call's result on a line of its own
+(``{"run", "result_of": ID, "result"}``, the id a string or an integer). A line that is not
+JSON, after the first, is reported and skipped as the per-call path does. Rust gives up at
+the first line that is none of these, and says why (``EventsReplay.replay``); the file was
+replayed into a fleet aside (``Fleet.aside``), which is thrown away, and the per-call path
+reads the file whole, which reports what it reports. One pass over the file, then: deciding
+first cost a second one, a tenth of the native replay's time.
 ``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
 """
 
@@ -143,6 +144,7 @@ def replay_events(
         max_open=_simulate.MAX_OPEN_RUNS,
         max_evicted=_simulate.MAX_EVICTED,
         line_limit=_files.MAX_LINE_BYTES,
+        max_pending=_simulate.MAX_PENDING,
     )
     try:
         stats.size = os.path.getsize(path)  # for the progress bar, which ticks on it
@@ -164,4 +166,5 @@ def replay_events(
     fleet.register_file(index, stats)
     fleet.take(aside.outcome(in_memory=True))
     fleet.split_runs += core.split_runs
+    fleet.orphan_results += core.orphan_results
     return stats
