@@ -17,7 +17,11 @@
 //! pre-scan deciding first cost every file a second pass over its bytes.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use flate2::read::MultiGzDecoder;
 
 use crate::arrow_replay::{Args, Call, CallId, Cold, Open, Returned, TableReplay};
 use crate::guard::NameMap;
@@ -197,9 +201,30 @@ fn resolve_result<'a>(
     ))
 }
 
-/// Reads a file's lines, each with its newline (the last may have none), to its end.
+/// Gzip's first bytes (`files.GZIP_MAGIC`): such a file is read through its decompression.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Counts the bytes read through it: how far into a gzip file the reading is, for progress.
+struct Counted<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = self.inner.read(buf)?;
+        self.count.fetch_add(read as u64, Ordering::Relaxed);
+        Ok(read)
+    }
+}
+
+/// Reads a file's lines, each with its newline (the last may have none), to its end; a gzip
+/// file (by its first bytes, as `files.Reader` tells it) decompressed, every member of it,
+/// as `gzip.GzipFile` reads it (a damaged one is an error, and the per-call path reports it).
 pub struct LineReader {
-    file: File,
+    file: Box<dyn Read + Send>,
+    /// The compressed bytes read, for a gzip file.
+    compressed: Option<Arc<AtomicU64>>,
     /// Lines longer than this (its newline aside) may be refused with an error.
     max_line: usize,
     buffer: Vec<u8>,
@@ -214,8 +239,32 @@ impl LineReader {
     /// The file at `path`, read to its end, in lines of at most `max_line` bytes (a longer
     /// one may be an error).
     pub fn open(path: &str, max_line: usize) -> io::Result<LineReader> {
+        let mut file = File::open(path)?;
+        let mut head = [0u8; 2];
+        let mut peeked = 0;
+        while peeked < head.len() {
+            match file.read(&mut head[peeked..]) {
+                Ok(0) => break,
+                Ok(n) => peeked += n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        file.seek(SeekFrom::Start(0))?;
+        let (file, compressed): (Box<dyn Read + Send>, _) = if head == GZIP_MAGIC {
+            let count = Arc::new(AtomicU64::new(0));
+            let counted = Counted {
+                inner: file,
+                count: count.clone(),
+            };
+            let decoder = MultiGzDecoder::new(BufReader::with_capacity(1 << 20, counted));
+            (Box::new(decoder), Some(count))
+        } else {
+            (Box::new(file), None)
+        };
         Ok(LineReader {
-            file: File::open(path)?,
+            file,
+            compressed,
             max_line,
             buffer: vec![0; CHUNK],
             start: 0,
@@ -223,6 +272,16 @@ impl LineReader {
             eof: false,
             position: 0,
         })
+    }
+
+    /// How far the reading is into the file on disk: the bytes handed out in lines, or of a
+    /// gzip file, the compressed bytes read (what the progress bar measures, as the per-call
+    /// path's does).
+    pub fn progress(&self) -> u64 {
+        match &self.compressed {
+            Some(count) => count.load(Ordering::Relaxed),
+            None => self.position,
+        }
     }
 
     /// The next line; `None` at the end of the file.

@@ -33,10 +33,13 @@ struct Inner {
     limit: usize,
     lines: u64,
     position: u64,
+    /// How far into the file on disk (`LineReader::progress`: compressed bytes of gzip).
+    progress: u64,
 }
 
 /// An events JSONL file replayed natively: `replay(path)`; finished runs, problems and the
-/// tools first heard of go to `sink(runs, problems, tools, position)` as they come.
+/// tools first heard of go to `sink(runs, problems, tools, progress)` as they come
+/// (`progress`: bytes of the file on disk read, for the progress bar).
 #[pyclass(frozen, module = "tripwire._core", name = "EventsReplay")]
 pub struct EventsReplay {
     /// Fed by one thread at a time: the lock is only tried (see `TableReplay`).
@@ -70,7 +73,7 @@ impl EventsReplay {
         }
         self.sink
             .bind(py)
-            .call1((runs, problems, tools, inner.position))?;
+            .call1((runs, problems, tools, inner.progress))?;
         Ok(())
     }
 }
@@ -122,6 +125,7 @@ impl EventsReplay {
                 limit: line_limit,
                 lines: 0,
                 position: 0,
+                progress: 0,
             }),
             sink,
         })
@@ -167,6 +171,7 @@ impl EventsReplay {
             });
             inner.lines = number;
             inner.position = reader.position;
+            inner.progress = reader.progress();
             match batch? {
                 Batch::End => break,
                 Batch::GivenUp(why) => return Ok(Some(why)),
@@ -205,7 +210,7 @@ impl EventsReplay {
         Ok(self.locked()?.core.orphan_results)
     }
 
-    /// Bytes read.
+    /// Bytes read in lines (of a gzip file, decompressed: `FileStats.position`).
     #[getter]
     fn position(&self) -> PyResult<u64> {
         Ok(self.locked()?.position)

@@ -441,9 +441,41 @@ def test_other_files_go_to_the_per_call_path(
             "attributes": {"openinference": {"span": {"kind": "TOOL"}}}}  # fmt: skip
     other = lines(tmp_path / "other.jsonl", [span, GOOD])
     document = lines(tmp_path / "document.json", ["[", json.dumps(GOOD), "]"])
-    paths = [str(zipped), str(bom), str(not_utf8), bad_first, empty, blank, other, document, good]
+    paths = [str(bom), str(not_utf8), bad_first, empty, blank, other, document, good]
     native, reference = both(monkeypatch, paths)
     assert native == reference and taken == [good]
+
+
+def test_gzip_is_read_natively_as_the_per_call_path_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    """A gzip file is decompressed natively, every member of it (``gzip.GzipFile``); one
+    that is damaged (a bad checksum, cut short, garbage after it), holds a byte-order mark
+    or another format, goes to the per-call path, which reports what it finds."""
+    records = [{**GOOD, "run": f"r{n % 7}", "result": {"n": n % 3}} for n in range(300)]
+    text = "".join(json.dumps(r) + "\n" for r in records).encode()
+    whole = gzip.compress(text)
+
+    def write(name: str, data: bytes) -> str:
+        path = tmp_path / name
+        path.write_bytes(data)
+        return str(path)
+
+    fine = write("fine.jsonl.gz", whole)
+    members = write("members.jsonl.gz", gzip.compress(text[:999]) + gzip.compress(text[999:]))
+    bad_crc = bytearray(whole)
+    bad_crc[-8] ^= 0xFF  # the CRC-32 in the trailer
+    damaged = [
+        write("crc.jsonl.gz", bytes(bad_crc)),
+        write("cut.jsonl.gz", whole[: len(whole) // 2]),
+        write("garbage.jsonl.gz", whole + b"garbage"),
+        write("bom.jsonl.gz", gzip.compress(b"\xef\xbb\xbf" + text)),
+        write("span.jsonl.gz", gzip.compress(b'{"resourceSpans": []}\n' + text)),
+    ]
+    native, reference = both(monkeypatch, [fine, members, *damaged])
+    assert native == reference
+    assert taken == [fine, members]
+    assert native[0]["summary"]["steps"] >= 600
 
 
 def test_a_pipe_is_left_to_the_per_call_path(tmp_path: Path) -> None:

@@ -6,27 +6,29 @@ reference, and this path must give byte-identical results (``tests/test_events_n
 
 Taken where it applies, else the per-call path is (``replay_events`` returns ``None``): the
 native guard, no ``on_call`` sink (``--calls-out``, ``--html``), a file on disk (not stdin),
-neither gzip nor any binary format, no byte-order mark, whose first line the events format
-claims, and every line of which the native reader reads as ``Lines.feed`` would without a
-problem: blank, or one JSON object with a ``tool`` (a non-empty string), a ``run``/``run_id``
-that is a name or none, no ``turn`` or ``usage``, strings free of lone surrogates, no line
-over ``files.MAX_LINE_BYTES``; or an earlier call's result on a line of its own
-(``{"run", "result_of": ID, "result"}``, the id a string or an integer). A line that is not
-JSON, after the first, is reported and skipped as the per-call path does. Rust gives up at
-the first line that is none of these, and says why (``EventsReplay.replay``); the file was
-replayed into a fleet aside (``Fleet.aside``), which is thrown away, and the per-call path
-reads the file whole, which reports what it reports. One pass over the file, then: deciding
-first cost a second one, a tenth of the native replay's time.
+no binary format (gzip is read through, every member), no byte-order mark, whose first line
+the events format claims, and every line of which the native reader reads as ``Lines.feed``
+would without a problem: blank, or one JSON object with a ``tool`` (a non-empty string), a
+``run``/``run_id`` that is a name or none, no ``turn`` or ``usage``, strings free of lone
+surrogates, no line over ``files.MAX_LINE_BYTES``; or an earlier call's result on a line of
+its own (``{"run", "result_of": ID, "result"}``, the id a string or an integer). A line that
+is not JSON, after the first, is reported and skipped as the per-call path does. Rust gives
+up at the first line that is none of these, and says why (``EventsReplay.replay``); the file
+was replayed into a fleet aside (``Fleet.aside``), which is thrown away, and the per-call
+path reads the file whole, which reports what it reports. One pass over the file, then:
+deciding first cost a second one, a tenth of the native replay's time.
 ``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
+import zlib
 from collections.abc import Callable
-from typing import Any, Final
+from typing import IO, Any, Final, cast
 
 from tripwire.replay import arrow_core
 from tripwire.replay import simulate as _simulate
@@ -41,8 +43,9 @@ _HEAD: Final = 8
 
 def _first_line_is_events(path: str) -> bool:
     """Whether the file starts as a JSONL file of the events format as ``files.Reader`` sees
-    it: no gzip or other magic, no byte-order mark, and a first non-blank line that is an
-    object the events format claims before any other format does (``Reader._line_value``)."""
+    it: no other format's magic, gzip or not, no byte-order mark (in what gzip holds too),
+    and a first non-blank line that is an object the events format claims before any other
+    format does (``Reader._line_value``)."""
     limit = _files.MAX_LINE_BYTES
     try:
         # A regular file only: a pipe (``<(...)``) read here would lose what was read.
@@ -50,19 +53,23 @@ def _first_line_is_events(path: str) -> bool:
             return False
         with open(path, "rb") as raw:
             head = raw.read(_HEAD)
-            if head.startswith((_files.GZIP_MAGIC, _files._BOM)):
-                return False
             if any(fmt.magic is not None and head.startswith(fmt.magic) for fmt in FORMATS):
                 return False
             raw.seek(0)
+            stream: IO[bytes] = raw
+            if head.startswith(_files.GZIP_MAGIC):
+                stream = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
+            if stream.read(len(_files._BOM)).startswith(_files._BOM):
+                return False
+            stream.seek(0)
             while True:
-                line = raw.readline(limit + 1)
+                line = stream.readline(limit + 1)
                 if not line or len(line) > limit:
                     return False  # empty, or a line the native replay refuses too
                 if line.strip():
                     break
-    except OSError:
-        return False  # the per-call path reports it
+    except (OSError, EOFError, zlib.error):
+        return False  # the per-call path reports it (gzip.BadGzipFile is an OSError)
     try:
         value = json.loads(line)
     except (ValueError, RecursionError):
@@ -97,7 +104,7 @@ class _Sink(arrow_core._Sink):
         runs: list[tuple[tuple[Any, ...], int, int]],
         problems: list[tuple[int, str]],
         tools: list[str],
-        position: int,
+        progress: int,
     ) -> None:
         fleet, stats = self.fleet, self.stats
         # Made in the order the per-call path makes them (a tool's first nudge or stop).
@@ -108,9 +115,9 @@ class _Sink(arrow_core._Sink):
             fleet.problem(Problem(stats.path, line, message))
         for item, line, part in runs:
             self._run(*(*item, line, part))
-        stats.position = position
+        # Bytes of the file on disk read (compressed ones of gzip), as the per-call path ticks.
         if self.tick is not None:
-            self.tick(stats, position)
+            self.tick(stats, progress)
 
     def _location(self, row: int) -> str:
         return location(self.stats.path, row, None)
