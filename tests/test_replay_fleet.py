@@ -8,6 +8,7 @@ layout comes from the bench's generator (``benches/fleet.py``)."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -303,6 +304,11 @@ def test_small_input_is_replayed_without_workers(
         assert absorbed == []
     jsonl, parquet = (parallel._size(map(str, written[k])) for k in ("jsonl", "parquet"))
     assert 0.5 < parquet / jsonl < 1.5  # both as text
+    zipped = []
+    for path in written["jsonl"]:
+        zipped.append(tmp_path / f"{path.name}.gz")
+        zipped[-1].write_bytes(gzip.compress(path.read_bytes()))
+    assert 0.5 < parallel._size(map(str, zipped)) / jsonl < 2.5  # gzip counts as text too
     monkeypatch.setattr(parallel, "MIN_BYTES", 0)
     cli(["replay", "--jobs", "2", *map(str, written["parquet"])], capsys)
     assert len(absorbed) == 3

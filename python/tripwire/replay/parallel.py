@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import pickle
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
 from tripwire.replay.formats import FileStats, Problem
+from tripwire.replay.formats.files import GZIP_MAGIC
 from tripwire.replay.simulate import (
     STDIN,
     Aside,
@@ -156,21 +158,32 @@ def _absorb(fleet: Fleet, outcome: Outcome) -> None:
                 sink(row)
 
 
-# A Parquet file's bytes count this many times (tables of calls compress about that much: the
-# generated fleet's 12.8 MB of zstd decode to 212 MB), so that the threshold means work.
-PARQUET_EXPANSION: Final = 16
+# A compressed file's bytes count this many times, so that the threshold means work: tables
+# of calls compress about that much (the generated fleet's 12.8 MB of zstd decode to 212 MB),
+# and JSONL under gzip more (its 304 MB to 14 MB).
+COMPRESSION: Final = 16
 
 
 def _size(paths: Iterable[str]) -> int:
-    """The input's size as text, roughly: a Parquet file counts ``PARQUET_EXPANSION`` times
-    its bytes (its footer would say exactly, but reading it means importing pyarrow, 0.15 s
-    the parent would spend before any worker starts), any other file its bytes."""
+    """The input's size as text, roughly: a Parquet or gzip file counts ``COMPRESSION`` times
+    its bytes (a Parquet footer would say exactly, but reading it means importing pyarrow,
+    0.15 s the parent would spend before any worker starts), any other file its bytes."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):
             size = os.path.getsize(path)
-            total += size * PARQUET_EXPANSION if _is_parquet(path) else size
+            total += size * COMPRESSION if _is_parquet(path) or _is_gzip(path) else size
     return total
+
+
+def _is_gzip(path: str) -> bool:
+    """A gzip file by its first bytes, as ``files.Reader`` tells it (a regular file only: a
+    pipe's bytes read here would be lost to the reader)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, "rb") as raw:
+                return raw.read(2) == GZIP_MAGIC
+    return False
 
 
 def _start_method() -> str:
