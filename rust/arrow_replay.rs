@@ -29,6 +29,10 @@ use crate::key::{key_of, Key};
 
 /// Steps of a run's timeline kept (`simulate.MAX_TIMELINE`).
 pub const MAX_TIMELINE: usize = 2000;
+/// `RunOut::sources`: a turn's tokens were estimated; the trace gave a turn's usage.
+pub const ESTIMATED: u8 = 1;
+pub const USAGE: u8 = 2;
+
 /// Verdicts of calls waiting for their results, per run (`simulate.MAX_PENDING`).
 pub const MAX_PENDING: usize = 256;
 /// Tool names (and their policies) kept for the whole table: names come from the model, so
@@ -124,6 +128,19 @@ pub struct Call<'a> {
     pub call_id: Option<CallId<'a>>,
     pub result: Option<Returned<'a>>,
     pub error: Option<bool>,
+    /// The turn's token counts as the trace gives them (input, output, cache reads, cache
+    /// writes: `cost.Usage`); `None`: estimated.
+    pub usage: Option<[u64; 4]>,
+}
+
+/// A trace's `usage` as the reference reads it (`cost.parse_usage`).
+pub enum UsageRead {
+    /// Input, output, cache reads, cache writes.
+    Counts([u64; 4]),
+    /// Not token counts: reported (`"...; tokens estimated"`), and the turn's estimated.
+    Problem(String),
+    /// None the native core takes (counts too big to sum here): the file is given up.
+    Unsupported,
 }
 
 /// What only the reference knows. `E`: an error that ends the replay (a Python exception).
@@ -149,6 +166,8 @@ pub trait Cold {
     /// (input, output, cache read, cache write) dollars per million tokens.
     fn price(&mut self, model: Option<&[u8]>) -> Result<[f64; 4], Self::Error>;
     fn message(&mut self, stop: &Stop, detail: &StopDetail) -> Result<String, Self::Error>;
+    /// A `usage` member's JSON text read as token counts.
+    fn usage(&mut self, raw: &[u8]) -> Result<UsageRead, Self::Error>;
 }
 
 /// A run's figures (`simulate.Counts`).
@@ -161,6 +180,9 @@ pub struct Counts {
     pub nudges: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Parts of `input_tokens`: read from, and written to, a prompt cache.
+    pub cached_tokens: u64,
+    pub cache_write_tokens: u64,
     pub input_tokens_saved: u64,
     pub output_tokens_saved: u64,
     pub cost: f64,
@@ -201,8 +223,9 @@ pub struct RunOut {
     pub tool_nudges: Vec<(Arc<str>, u64)>,
     /// Model calls by model named, in the order first named.
     pub models: Vec<(String, u64)>,
-    /// Whether any turn's tokens were estimated (all are, in this scope): "estimated".
-    pub estimated: bool,
+    /// Where its token figures came from (`Source`): `ESTIMATED` and `USAGE` bits, both for
+    /// "mixed", none for "none".
+    pub sources: u8,
     /// The row or line of its first call, and its part (a run finished early and seen again
     /// goes on as a new part: `simulate.RunResult.part`).
     pub line: u64,
@@ -289,7 +312,7 @@ pub struct Open {
     tool_nudges: Vec<(Arc<str>, u64)>,
     models: Vec<(String, u64)>,
     pending: VecDeque<(OwnedId, Waiting)>,
-    estimated: bool,
+    sources: u8,
     line: u64,
     part: u32,
 }
@@ -310,7 +333,7 @@ impl Open {
             tool_nudges: Vec::new(),
             models: Vec::new(),
             pending: VecDeque::new(),
-            estimated: false,
+            sources: 0,
             line,
             part,
         })
@@ -655,6 +678,7 @@ impl TableReplay {
                 call_id: Some(call_id),
                 result: result.map(Returned::Text),
                 error,
+                usage: None,
             },
         )
     }
@@ -682,7 +706,7 @@ impl TableReplay {
                 open.timeline.push(b'.');
             }
         }
-        self.money(cold, call.produced, call.model, ran)?;
+        self.money(cold, call.produced, call.model, call.usage, ran)?;
         if !self.observe {
             return Ok(());
         }
@@ -898,21 +922,29 @@ impl TableReplay {
         }))
     }
 
-    /// The turn's tokens and money (`Fleet._turn`, after the check): estimated from the
-    /// run's transcript, as a turn without usage is.
+    /// The turn's tokens and money (`Fleet._turn`, after the check): the trace's usage, else
+    /// estimated from the run's transcript.
     fn money<C: Cold>(
         &mut self,
         cold: &mut C,
         produced: u64,
         model: Option<&[u8]>,
+        usage: Option<[u64; 4]>,
         ran: bool,
     ) -> Result<(), C::Error> {
         let price = self.price(cold, model)?;
         let open = self.open.as_mut().expect("open run");
-        let input = tokens(open.transcript);
-        let output = tokens(produced);
+        let [input, output, cached, written] = match usage {
+            Some(counts) => {
+                open.sources |= USAGE;
+                counts
+            }
+            None => {
+                open.sources |= ESTIMATED;
+                [tokens(open.transcript), tokens(produced), 0, 0]
+            }
+        };
         open.transcript += produced;
-        open.estimated = true;
         if let Some(model) = model {
             let model = String::from_utf8_lossy(model);
             open.model = Some(model.clone().into_owned());
@@ -921,14 +953,21 @@ impl TableReplay {
                 None => open.models.push((model.into_owned(), 1)),
             }
         }
-        // As `Prices.cost`, term by term in its order (fresh is all of the input here).
+        // As `Prices.cost`, term by term in its order (`parse_usage` keeps the cached and
+        // written parts within the input).
         let [p_in, p_out, p_read, p_write] = price;
-        let cost =
-            (input as f64 * p_in + 0.0 * p_read + 0.0 * p_write + output as f64 * p_out) / 1e6;
+        let fresh = input.saturating_sub(cached).saturating_sub(written);
+        let cost = (fresh as f64 * p_in
+            + cached as f64 * p_read
+            + written as f64 * p_write
+            + output as f64 * p_out)
+            / 1e6;
         let counts = &mut open.counts;
         counts.turns += 1;
         counts.input_tokens += input;
         counts.output_tokens += output;
+        counts.cached_tokens += cached;
+        counts.cache_write_tokens += written;
         counts.cost += cost;
         if ran {
             counts.cost_guarded += cost;
@@ -1061,7 +1100,7 @@ impl TableReplay {
             reward: open.label,
             tool_nudges: open.tool_nudges,
             models: open.models,
-            estimated: open.estimated,
+            sources: open.sources,
             line: open.line,
             part: open.part,
         });
@@ -1160,6 +1199,9 @@ mod tests {
         }
         fn message(&mut self, stop: &Stop, _: &StopDetail) -> Result<String, String> {
             Ok(format!("stopped at {}", stop.step))
+        }
+        fn usage(&mut self, _: &[u8]) -> Result<UsageRead, String> {
+            Err("not asked in these tests".into())
         }
     }
 

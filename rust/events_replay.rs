@@ -9,8 +9,9 @@
 //! the file in the order they started.
 //!
 //! Scope: every line an object with `tool`, read by `Lines.feed` without a problem, and no
-//! `turn` or `usage` (one call a model turn, tokens estimated from the line's size), or an
-//! earlier call's result on a line of its own (`result_of`). A file
+//! `turn` (one call a model turn: its `usage`, read by the reference's `parse_usage`, else
+//! tokens estimated from the line's size), or an earlier call's result on a line of its own
+//! (`result_of`). A file
 //! with any other line is given up at that line ([`EventsReplay::line`] says why): the Python
 //! side replays into a fleet of its own and throws it away then, and the per-call path reads
 //! the file whole. Giving up late costs a native pass (a tenth of the per-call one); a
@@ -23,9 +24,10 @@ use std::sync::Arc;
 
 use flate2::read::MultiGzDecoder;
 
-use crate::arrow_replay::{Args, Call, CallId, Cold, Open, Returned, TableReplay};
+use crate::arrow_replay::{Args, Call, CallId, Cold, Open, Returned, TableReplay, UsageRead};
 use crate::guard::NameMap;
 use crate::jsonl::{self, Decoded, Fields, Kind, Refused, Value, Why};
+use crate::usage;
 
 /// Bytes read from the file at a time (a longer line grows the buffer to hold it).
 pub const CHUNK: usize = 4 << 20;
@@ -38,6 +40,8 @@ struct Resolved<'a> {
     call_id: Option<CallId<'a>>,
     result: Option<Returned<'a>>,
     model: Option<&'a [u8]>,
+    /// The `usage` member's JSON text, unless null.
+    usage: Option<&'a [u8]>,
 }
 
 /// Buffers for the strings of a line that hold escapes, unescaped (the long ones as they
@@ -82,8 +86,8 @@ fn resolve<'a>(
         model: model_buffer,
         decoded,
     } = scratch;
-    if fields.turn.is_some_and(|v| !v.is_null()) || fields.usage.is_some_and(|v| !v.is_null()) {
-        return Err("a line with a turn or usage");
+    if fields.turn.is_some_and(|v| !v.is_null()) {
+        return Err("a line with a turn");
     }
     let run = run_name(fields, run_buffer, default_run)?;
     let tool = match fields.tool {
@@ -133,6 +137,7 @@ fn resolve<'a>(
         call_id,
         result,
         model,
+        usage: fields.usage.filter(|v| !v.is_null()).map(|v| v.raw),
     })
 }
 
@@ -465,6 +470,21 @@ impl EventsReplay {
             Ok(call) => call,
             Err(why) => return Ok(Err(why)),
         };
+        // The turn's usage, as `Lines.feed` reads it before the turn (a problem first).
+        let usage = match call.usage {
+            None => None,
+            Some(raw) => match usage::plain_usage(raw)
+                .map_or_else(|| cold.usage(raw), |counts| Ok(UsageRead::Counts(counts)))?
+            {
+                UsageRead::Counts(counts) => Some(counts),
+                UsageRead::Problem(why) => {
+                    let problem = format!("{why}; tokens estimated");
+                    self.core.problems.push((number, problem));
+                    None
+                }
+                UsageRead::Unsupported => return Ok(Err("a usage of counts too big")),
+            },
+        };
         self.read_a_call = true;
         let slot = match self.open.find(call.run) {
             Some(slot) => {
@@ -486,6 +506,7 @@ impl EventsReplay {
                 call_id: call.call_id,
                 result: call.result,
                 error: None,
+                usage,
             },
         );
         self.open.value_mut(slot).open = self.core.swap_open(None);

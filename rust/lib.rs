@@ -35,6 +35,7 @@ mod py_verdict;
 pub mod sha_wide;
 pub mod shapes;
 pub mod snapshot;
+pub mod usage;
 
 /// Deterministic pseudo-random numbers for the unit tests' generated cases.
 #[cfg(test)]

@@ -13,7 +13,8 @@ use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
 use crate::arrow_ffi::{self, Array, Column, FfiArray, FfiSchema, FfiStream, Kind, Schema, Stream};
 use crate::arrow_replay::{
-    Cold, Logged, Returned, Row, RunOut, Spec, Stop, StopDetail, TableReplay as Core, MAX_PENDING,
+    Cold, Logged, Returned, Row, RunOut, Spec, Stop, StopDetail, TableReplay as Core, UsageRead,
+    ESTIMATED, MAX_PENDING, USAGE,
 };
 use crate::guard::{Action, Outcome, Question};
 use crate::key::{key_hex, Key};
@@ -56,6 +57,10 @@ fn allowed(column: &str, kind: Kind) -> bool {
 pub(crate) struct PyCold {
     pub(crate) guard: Py<Guard>,
     pub(crate) prices: Py<PyAny>,
+    /// `usage(text) -> (input, output, cache read, cache write) | problem | None`: a line's
+    /// `usage` read by `cost.parse_usage` (`events_core._usage`); `None` where no usage is
+    /// read natively (tables).
+    pub(crate) usage: Option<Py<PyAny>>,
 }
 
 fn text_str<'py>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyString> {
@@ -162,6 +167,24 @@ impl Cold for PyCold {
         Python::attach(|py| {
             let model = model.map(|m| text_str(py, m));
             self.prices.bind(py).call1((model,))?.extract()
+        })
+    }
+
+    fn usage(&mut self, raw: &[u8]) -> PyResult<UsageRead> {
+        let Some(usage) = &self.usage else {
+            return Ok(UsageRead::Unsupported);
+        };
+        Python::attach(|py| {
+            let read = usage
+                .bind(py)
+                .call1((pyo3::types::PyBytes::new(py, raw),))?;
+            if read.is_none() {
+                Ok(UsageRead::Unsupported)
+            } else if let Ok(problem) = read.extract::<String>() {
+                Ok(UsageRead::Problem(problem))
+            } else {
+                Ok(UsageRead::Counts(read.extract()?))
+            }
         })
     }
 
@@ -379,6 +402,16 @@ fn logged<'py>(py: Python<'py>, args: &Logged) -> Bound<'py, PyAny> {
 }
 
 /// A finished run as the sink takes it (`arrow_core._Sink._run`'s arguments).
+/// `RunOut::sources` as `cost.Source` names it (what `cost.combine` makes of the turns').
+fn source_name(sources: u8) -> &'static str {
+    match (sources & ESTIMATED != 0, sources & USAGE != 0) {
+        (false, false) => "none",
+        (true, false) => "estimated",
+        (false, true) => "usage",
+        (true, true) => "mixed",
+    }
+}
+
 pub(crate) fn run_item<'py>(py: Python<'py>, run: &RunOut) -> PyResult<Bound<'py, PyTuple>> {
     let c = &run.counts;
     let counts = PyTuple::new(
@@ -391,6 +424,8 @@ pub(crate) fn run_item<'py>(py: Python<'py>, run: &RunOut) -> PyResult<Bound<'py
             c.nudges,
             c.input_tokens,
             c.output_tokens,
+            c.cached_tokens,
+            c.cache_write_tokens,
             c.input_tokens_saved,
             c.output_tokens_saved,
             c.invalid_arguments,
@@ -447,7 +482,7 @@ pub(crate) fn run_item<'py>(py: Python<'py>, run: &RunOut) -> PyResult<Bound<'py
             run.reward.into_pyobject(py)?.into_any(),
             nudges.into_any(),
             models.into_any(),
-            PyBool::new(py, run.estimated).to_owned().into_any(),
+            PyString::new(py, source_name(run.sources)).into_any(),
         ],
     )
 }
@@ -509,6 +544,7 @@ impl TableReplay {
                 cold: PyCold {
                     guard: guard.unbind(),
                     prices,
+                    usage: None,
                 },
                 plan: columns,
             }),

@@ -84,9 +84,10 @@ impl EventsReplay {
     /// given to the guard; `prices(model)`; `sink`; `default_run`: the run of a line that
     /// names none (the file); `max_open`, `max_evicted`, `max_pending`:
     /// `simulate.MAX_OPEN_RUNS`, `MAX_EVICTED` and `MAX_PENDING`; `line_limit`:
-    /// `files.MAX_LINE_BYTES`.
+    /// `files.MAX_LINE_BYTES`; `usage(text)`: a line's usage read (`events_core._usage`;
+    /// `None`: a file with one is not replayed here).
     #[new]
-    #[pyo3(signature = (guard, /, *, observe, prices, sink, default_run, max_open, max_evicted, line_limit, max_pending = MAX_PENDING))]
+    #[pyo3(signature = (guard, /, *, observe, prices, sink, default_run, max_open, max_evicted, line_limit, max_pending = MAX_PENDING, usage = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -99,6 +100,7 @@ impl EventsReplay {
         max_evicted: usize,
         line_limit: usize,
         max_pending: usize,
+        usage: Option<Py<PyAny>>,
     ) -> PyResult<EventsReplay> {
         if max_open == 0 {
             return Err(PyValueError::new_err("max_open must be at least 1"));
@@ -121,6 +123,7 @@ impl EventsReplay {
                 cold: PyCold {
                     guard: guard.unbind(),
                     prices,
+                    usage,
                 },
                 limit: line_limit,
                 lines: 0,

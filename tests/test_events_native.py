@@ -329,7 +329,6 @@ def test_a_line_that_is_not_utf8_is_reported_natively(
         {"run": None, "run_id": None, "tool": "x"},
         {"run": "a", "usage": {"input_tokens": 3}},
         {"run": "a", "tool": "x", "turn": 1},
-        {"run": "a", "tool": "x", "usage": {"input_tokens": 3, "output_tokens": 1}},
         {"run": "a", "result_of": None, "result": "x"},
         {"run": "a", "result_of": 1.5, "result": "x"},
         {"run": "a", "result_of": "c1"},
@@ -421,6 +420,88 @@ def test_results_on_lines_of_their_own_byte_identical(
     assert len(taken) == len(SETTINGS)
     summary = native[0]["summary"]
     assert summary["stopped"] >= 1 and summary["results_unlinked"] >= 4
+
+
+def test_usage_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: list[str]
+) -> None:
+    """A call's line with its model call's ``usage`` (one call a turn): read by the
+    reference's ``parse_usage``, priced with its cache reads and writes, the run's figures
+    marked as usage, estimated, or mixed; a usage that is not counts reported and the turn
+    estimated; counts too big for the native core leave the file to the per-call path."""
+    anthropic = {"input_tokens": 1200, "output_tokens": 80, "cache_read_input_tokens": 9000,
+                 "cache_creation_input_tokens": 300}  # fmt: skip
+    openai = {"prompt_tokens": 5000, "completion_tokens": 40,
+              "prompt_tokens_details": {"cached_tokens": 4096}}  # fmt: skip
+    records: list[Any] = []
+    for _ in range(8):  # usage on every line, the loop stopped
+        records.append({**GOOD, "run": "u", "model": "claude-sonnet-4-5", "usage": anthropic})
+    for n in range(5):  # usage on some lines: mixed
+        usage = openai if n % 2 else None
+        records.append({"run": "m", "tool": "read", "args": {"n": n}, "model": "gpt-4o",
+                        "usage": usage, "result": {"n": n}})  # fmt: skip
+    records += [
+        {"run": "e", "tool": "read", "args": {"n": 1}, "usage": {"input_tokens": "many"}},
+        {"run": "e", "tool": "read", "args": {"n": 2}, "usage": [1, 2]},
+        {"run": "e", "tool": "read", "args": {"n": 3}, "usage": {"cached_tokens": 5}},
+        {"run": "e", "tool": "read", "args": {"n": 4}, "usage": {"output_tokens": 2.5}},
+        {"run": "e", "tool": "read", "args": {"n": 5}, "usage": {"input_tokens": 1e400}},
+        {"run": "e", "tool": "read", "args": {"n": 6}, "usage": None, "turn": None},
+    ]
+    path = lines(tmp_path / "usage.jsonl", records)
+    big = lines(tmp_path / "big.jsonl", [{**GOOD, "usage": {"input_tokens": 1 << 41}}] * 3)
+    for chosen in SETTINGS:
+        native, reference = both(monkeypatch, [path, big], settings=chosen)
+        assert native == reference, chosen
+    assert taken == [path] * len(SETTINGS)
+    tokens = {r["run"]: r["tokens"] for r in native[0]["runs"]}
+    assert (tokens["u"]["source"], tokens["m"]["source"]) == ("usage", "mixed")
+    assert tokens["u"]["cached"] == 72000 and tokens["u"]["cache_write"] == 2400
+    assert len(native[0]["problems"]) == 4  # the usages that are not counts
+
+
+_COUNT = st.one_of(
+    st.integers(0, 10**6), st.sampled_from([0, (1 << 40) - 1, 1 << 40, 10**30, -1, None, 2.5,
+                                            "7", True, float("inf")]),
+)  # fmt: skip
+_USAGE_NAMES = ("prompt_tokens", "input_tokens", "cache_read_input_tokens",
+                "cache_creation_input_tokens", "output_tokens", "completion_tokens",
+                "cached_input_tokens", "cached_tokens", "service_tier", "total_tokens")  # fmt: skip
+usage_value = st.one_of(
+    st.dictionaries(
+        st.sampled_from(_USAGE_NAMES),
+        _COUNT,
+        max_size=5,
+    ).flatmap(
+        lambda d: st.fixed_dictionaries(
+            {},
+            optional={
+                "prompt_tokens_details": st.one_of(
+                    st.fixed_dictionaries({}, optional={"cached_tokens": _COUNT,
+                                                        "audio_tokens": _COUNT}),
+                    st.just([1]),
+                ),
+                "cache_creation": st.just({"ephemeral_5m_input_tokens": 3, "x": "}{"}),
+            },
+        ).map(lambda extra: {**d, **extra})
+    ),
+    st.sampled_from([[], "usage", 5]),
+)  # fmt: skip
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(usages=st.lists(usage_value, min_size=1, max_size=12))
+def test_random_usages(
+    usages: list[Any], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage objects of every shape: read natively where plain, by the reference else (or
+    the file given up past the native core's bounds): the same report either way."""
+    records = [{**GOOD, "args": {"n": n}, "usage": usage} for n, usage in enumerate(usages)]
+    path = lines(tmp_path_factory.mktemp("usage") / "f.jsonl", records)
+    native, reference = both(monkeypatch, [path])
+    assert native == reference
 
 
 def test_other_files_go_to_the_per_call_path(
@@ -524,7 +605,7 @@ def test_the_core_says_why_it_did_not_replay(tmp_path: Path) -> None:
         )  # fmt: skip
 
     bad = lines(tmp_path / "bad.jsonl", [GOOD, {"run": "a", "tool": "x", "turn": 2}])
-    assert core().replay(bad) == "line 2: a line with a turn or usage"
+    assert core().replay(bad) == "line 2: a line with a turn"
     assert core().replay(str(tmp_path / "missing.jsonl")).startswith("cannot read: ")
     assert core().replay(lines(tmp_path / "none.jsonl", ["", " "])) == "no calls"
     first = lines(tmp_path / "first.jsonl", ["not json", GOOD])

@@ -152,6 +152,7 @@ class EventsReplay:
         max_evicted: int,
         line_limit: int,
         max_pending: int = ...,
+        usage: Callable[[bytes], tuple[int, int, int, int] | str | None] | None = None,
     ) -> EventsReplay: ...
     def replay(self, path: str, /) -> str | None: ...
     @property

@@ -139,7 +139,7 @@ class _Sink:
         reward: float | None,
         nudges: list[tuple[str, int]],
         models: list[tuple[str, int]],
-        estimated: bool,
+        source: Source,
         line: int | None = None,
         part: int = 1,
     ) -> None:
@@ -150,15 +150,14 @@ class _Sink:
             fleet.models[named] = fleet.models.get(named, 0) + count
         (
             steps, steps_saved, turns, turns_saved, nudge_count, input_tokens, output_tokens,
-            input_saved, output_saved, invalid, skipped, results, unlinked,
+            cached, cache_write, input_saved, output_saved, invalid, skipped, results, unlinked,
         ) = ints  # fmt: skip
         # Positionally, in the fields' order: keywords cost a microsecond a run here.
         counts = Counts(
             steps, steps_saved, turns, turns_saved, nudge_count, input_tokens, output_tokens,
-            0, 0, input_saved, output_saved, costs[0], costs[1], invalid, skipped, results,
-            unlinked,
+            cached, cache_write, input_saved, output_saved, costs[0], costs[1], invalid,
+            skipped, results, unlinked,
         )  # fmt: skip
-        source: Source = "estimated" if estimated else "none"
         self.stats.runs += 1
         if not fleet.shows(stop is not None, nudge_count > 0, counts.cost_saved):
             # Neither kept nor listed (the terminal report's runs are counted): summed only,

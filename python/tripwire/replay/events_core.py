@@ -9,7 +9,8 @@ native guard, no ``on_call`` sink (``--calls-out``, ``--html``), a file on disk 
 no binary format (gzip is read through, every member), no byte-order mark, whose first line
 the events format claims, and every line of which the native reader reads as ``Lines.feed``
 would without a problem: blank, or one JSON object with a ``tool`` (a non-empty string), a
-``run``/``run_id`` that is a name or none, no ``turn`` or ``usage``, strings free of lone
+``run``/``run_id`` that is a name or none, no ``turn`` (a ``usage`` read by
+``cost.parse_usage``, called per line), strings free of lone
 surrogates, no line over ``files.MAX_LINE_BYTES``; or an earlier call's result on a line of
 its own (``{"run", "result_of": ID, "result"}``, the id a string or an integer). A line that
 is not JSON, after the first, is reported and skipped as the per-call path does. Rust gives
@@ -32,6 +33,7 @@ from typing import IO, Any, Final, cast
 
 from tripwire.replay import arrow_core
 from tripwire.replay import simulate as _simulate
+from tripwire.replay.cost import UsageError, parse_usage
 from tripwire.replay.formats import FileStats, Problem, location
 from tripwire.replay.formats import events as _events
 from tripwire.replay.formats import files as _files
@@ -82,6 +84,27 @@ def _first_line_is_events(path: str) -> bool:
         if fmt.is_record is not None and fmt.is_record(value):
             return fmt is _events.FORMAT
     return False
+
+
+# Token counts past this are left to the per-call path (Python's integers do not overflow;
+# the native core sums a run's in 64 bits): a trillion tokens a model call.
+_MAX_TOKENS: Final = 1 << 40
+
+
+def _usage(raw: bytes) -> tuple[int, int, int, int] | str | None:
+    """A line's ``usage`` (its JSON text) as ``Lines.feed`` reads it (``cost.parse_usage``):
+    the counts, or why they are not (the problem, which the line's turn is estimated after),
+    or ``None``: counts too big for the native core."""
+    try:
+        usage = parse_usage(json.loads(raw))
+    except UsageError as exc:
+        return str(exc)
+    except (ValueError, RecursionError):
+        return None  # text the native scanner took and json does not: the per-call path says
+    if usage is None:  # not reached: the native core asks only of a usage that is not null
+        return None
+    counts = (usage.input, usage.output, usage.cached, usage.cache_write)
+    return counts if max(counts) < _MAX_TOKENS else None
 
 
 class _Sink(arrow_core._Sink):
@@ -152,6 +175,7 @@ def replay_events(
         max_evicted=_simulate.MAX_EVICTED,
         line_limit=_files.MAX_LINE_BYTES,
         max_pending=_simulate.MAX_PENDING,
+        usage=_usage,
     )
     try:
         stats.size = os.path.getsize(path)  # for the progress bar, which ticks on it
