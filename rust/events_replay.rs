@@ -9,13 +9,13 @@
 //! the file in the order they started.
 //!
 //! Scope: every line an object with `tool`, read by `Lines.feed` without a problem, and no
-//! `turn` (one call a model turn: its `usage`, read by the reference's `parse_usage`, else
-//! tokens estimated from the line's size), or an earlier call's result on a line of its own
-//! (`result_of`). A file
-//! with any other line is given up at that line ([`EventsReplay::line`] says why): the Python
-//! side replays into a fleet of its own and throws it away then, and the per-call path reads
-//! the file whole. Giving up late costs a native pass (a tenth of the per-call one); a
-//! pre-scan deciding first cost every file a second pass over its bytes.
+//! `turn` (one call a model turn: its `usage` as `parse_usage` reads it, `usage.rs` where it
+//! is plain, else tokens estimated from the line's size); or an earlier call's result on a
+//! line of its own (`result_of`); gzip read through. A file with any other line is given up
+//! at that line ([`EventsReplay::line`] says why): the Python side replays into a fleet of
+//! its own and throws it away then, and the per-call path reads the file whole. Giving up
+//! late costs a native pass (a tenth of the per-call one); a pre-scan deciding first cost
+//! every file a second pass over its bytes.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
