@@ -493,24 +493,27 @@ impl EventsReplay {
             }
             None => self.start(call.run, number),
         };
+        let call = Call {
+            tool: call.tool,
+            args: call.args,
+            produced,
+            model: call.model,
+            number,
+            call_id: call.call_id,
+            result: call.result,
+            error: None,
+            usage,
+        };
+        self.in_run(slot, |core| core.call(cold, call)).map(Ok)
+    }
+
+    /// `replay` with the run parked in `slot` as the core's open run, parked again after.
+    fn in_run<R>(&mut self, slot: usize, replay: impl FnOnce(&mut TableReplay) -> R) -> R {
         let open = self.open.value_mut(slot).open.take();
         self.core.swap_open(open);
-        let replayed = self.core.call(
-            cold,
-            Call {
-                tool: call.tool,
-                args: call.args,
-                produced,
-                model: call.model,
-                number,
-                call_id: call.call_id,
-                result: call.result,
-                error: None,
-                usage,
-            },
-        );
+        let done = replay(&mut self.core);
         self.open.value_mut(slot).open = self.core.swap_open(None);
-        replayed.map(Ok)
+        done
     }
 
     /// An earlier call's result, on a line of its own (`Fleet._result`): to the open run it
@@ -536,13 +539,10 @@ impl EventsReplay {
             return Ok(Ok(()));
         };
         self.open.touch(slot);
-        let open = self.open.value_mut(slot).open.take();
-        self.core.swap_open(open);
-        let replayed = self
-            .core
-            .result_apart(cold, CallId::Given(call_id), result, number);
-        self.open.value_mut(slot).open = self.core.swap_open(None);
-        replayed.map(Ok)
+        self.in_run(slot, |core| {
+            core.result_apart(cold, CallId::Given(call_id), result, number)
+        })
+        .map(Ok)
     }
 
     /// A run's first line (`Fleet._start`): a new part if it was finished early; past
