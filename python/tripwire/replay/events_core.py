@@ -9,15 +9,16 @@ native guard, no ``on_call`` sink (``--calls-out``, ``--html``), a file on disk 
 no binary format (gzip is read through, every member), no byte-order mark, whose first line
 the events format claims, and every line of which the native reader reads as ``Lines.feed``
 would without a problem: blank, or one JSON object with a ``tool`` (a non-empty string), a
-``run``/``run_id`` that is a name or none, no ``turn`` (a ``usage`` read by
-``cost.parse_usage``, called per line), strings free of lone
-surrogates, no line over ``files.MAX_LINE_BYTES``; or an earlier call's result on a line of
-its own (``{"run", "result_of": ID, "result"}``, the id a string or an integer). A line that
-is not JSON, after the first, is reported and skipped as the per-call path does. Rust gives
-up at the first line that is none of these, and says why (``EventsReplay.replay``); the file
-was replayed into a fleet aside (``Fleet.aside``), which is thrown away, and the per-call
-path reads the file whole, which reports what it reports. One pass over the file, then:
-deciding first cost a second one, a tenth of the native replay's time.
+``run``/``run_id`` that is a name or none, no ``turn`` (a ``usage`` read as
+``cost.parse_usage`` reads it: plain counts in Rust, ``rust/usage.rs``, any other by
+``_usage``), strings free of lone surrogates, no line over ``files.MAX_LINE_BYTES``; or an
+earlier call's result on a line of its own (``{"run", "result_of": ID, "result"}``, the id a
+string or an integer). A line that is not JSON, after the first, is reported and skipped as
+the per-call path does. Rust gives up at the first line that is none of these, and says why
+(``EventsReplay.replay``); the file was replayed into a fleet aside (``Fleet.aside``), which
+is thrown away, and the per-call path reads the file whole, which reports what it reports.
+One pass over the file, then: deciding first cost a second one, a tenth of the native
+replay's time.
 ``TRIPWIRE_REPLAY_CORE=python`` turns the native path off.
 """
 
