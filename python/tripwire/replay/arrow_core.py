@@ -163,9 +163,9 @@ class _Sink:
             # Neither kept nor listed (the terminal report's runs are counted): summed only,
             # not made into a RunResult nor the stop described (most of this function's time).
             if stop is None:
-                fleet.add_unseen(counts, None, None, None, source, reward)
+                fleet.add_run(counts, None, None, None, source, reward, None)
             else:
-                fleet.add_unseen(counts, stop[0], stop[1], stop[2], source, reward)
+                fleet.add_run(counts, stop[0], stop[1], stop[2], source, reward, None)
             return
         path = self.stats.path
         nudge_step, nudge_tool = nudge if nudge is not None else (None, None)

@@ -434,7 +434,7 @@ class Totals:
         reward: float | None,
     ) -> None:
         """A run's figures, of a ``RunResult`` (``add``) or of a run not made into one (a
-        run no one will see: ``Fleet.add_unseen``)."""
+        run no one will see: ``Fleet.add_run`` without one)."""
         self.counts.add(counts)
         self.runs += 1
         self.stopped += stopped
@@ -649,11 +649,8 @@ class Selection:
                 heapq.heappush(stopped, item)
             elif item[:2] > stopped[0][:2]:
                 heapq.heapreplace(stopped, item)
-        elif run.counts.nudges:
-            if not limit or len(self._nudged) < limit:
-                self._nudged.append(run)
-        elif not limit or len(self._rest) < limit:
-            self._rest.append(run)
+        elif self.takes(False, run.counts.nudges > 0, 0.0):
+            (self._nudged if run.counts.nudges else self._rest).append(run)
 
     def merge(self, other: Selection) -> None:
         """``other``'s runs (chosen with the same limit), as if they finished here next."""
@@ -979,24 +976,21 @@ class Fleet:
 
     def add_result(self, result: RunResult) -> None:
         """A finished run into the fleet's results, totals and tools."""
-        self._runs.append(result)
-        if self.selection is not None:
-            self.selection.add(result)
-        self._sum(
+        self.add_run(
             result.counts, result.stop_step, result.reason, result.tool,
-            result.tokens_source, result.reward,
+            result.tokens_source, result.reward, result,
         )  # fmt: skip
 
     def shows(self, stopped: bool, nudged: bool, cost_saved: float) -> bool:
         """Whether a run finishing next will be seen: kept with the runs, or chosen for the
         terminal report. One that will not need not be made into a ``RunResult`` (2.2 us,
-        the costliest part of a run in the native cores' Python): ``add_unseen``."""
+        the costliest part of a run in the native cores' Python): ``add_run`` without it."""
         selection = self.selection
         return self._runs.keep or (
             selection is not None and selection.takes(stopped, nudged, cost_saved)
         )
 
-    def add_unseen(
+    def add_run(
         self,
         counts: Counts,
         stop_step: int | None,
@@ -1004,23 +998,20 @@ class Fleet:
         tool: str | None,
         source: Source,
         reward: float | None,
+        result: RunResult | None,
     ) -> None:
-        """A finished run ``shows`` said no one will see: counted and summed, as
-        ``add_result`` would have, never made into a ``RunResult``."""
-        self._runs.count_one()
-        if self.selection is not None:
-            self.selection.skip()
-        self._sum(counts, stop_step, reason, tool, source, reward)
-
-    def _sum(
-        self,
-        counts: Counts,
-        stop_step: int | None,
-        reason: str | None,
-        tool: str | None,
-        source: Source,
-        reward: float | None,
-    ) -> None:
+        """A finished run's figures into the totals and tools, and the run into the results
+        and the report's choice; ``result`` ``None``: a run ``shows`` said no one will see,
+        counted and numbered, never made into a ``RunResult``."""
+        selection = self.selection
+        if result is None:
+            self._runs.count_one()
+            if selection is not None:
+                selection.skip()
+        else:
+            self._runs.append(result)
+            if selection is not None:
+                selection.add(result)
         stopped = stop_step is not None
         self._file_totals.add_figures(counts, stopped, reason, source, reward)
         if stopped and tool is not None:
