@@ -28,7 +28,6 @@ import multiprocessing
 import os
 import pickle
 import shutil
-import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -37,6 +36,7 @@ from typing import IO, Any, Final
 
 from tripwire.replay.formats import FileStats, Problem
 from tripwire.replay.formats.files import GZIP_MAGIC
+from tripwire.replay.formats.table import PARQUET_MAGIC
 from tripwire.replay.simulate import (
     STDIN,
     Aside,
@@ -46,7 +46,7 @@ from tripwire.replay.simulate import (
     RunStore,
     Settings,
     _expand,
-    _is_parquet,
+    _head,
     replay_file,
 )
 
@@ -172,18 +172,10 @@ def _size(paths: Iterable[str]) -> int:
     for path in paths:
         with contextlib.suppress(OSError):
             size = os.path.getsize(path)
-            total += size * COMPRESSION if _is_parquet(path) or _is_gzip(path) else size
+            head = _head(path)
+            compressed = head == PARQUET_MAGIC or head.startswith(GZIP_MAGIC)
+            total += size * COMPRESSION if compressed else size
     return total
-
-
-def _is_gzip(path: str) -> bool:
-    """A gzip file by its first bytes, as ``files.Reader`` tells it (a regular file only: a
-    pipe's bytes read here would be lost to the reader)."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.stat(path).st_mode):
-            with open(path, "rb") as raw:
-                return raw.read(2) == GZIP_MAGIC
-    return False
 
 
 def _start_method() -> str:

@@ -93,6 +93,7 @@ from tripwire.replay.formats import (
     location,
     trace_suffixes,
 )
+from tripwire.replay.formats.table import PARQUET_MAGIC
 
 MAX_OPEN_RUNS: Final = 10_000
 # Verdicts of calls waiting for their results, per run (see the module's docstring).
@@ -1472,17 +1473,22 @@ def _finished(fleet: Fleet, stats: FileStats) -> FileStats:
     return stats
 
 
-def _is_parquet(path: str) -> bool:
-    """A Parquet file by its first bytes, as the readers detect it (``formats.table``). Only a
-    regular file is looked into: the bytes read from a pipe (``<(zcat ...)``) would be lost to
-    the reader that comes next, and Parquet is never read from one."""
+def _head(path: str) -> bytes:
+    """A file's first 4 bytes, where formats are told apart (Parquet's, gzip's magic). Only a
+    regular file is looked into (else nothing): the bytes read from a pipe (``<(zcat ...)``)
+    would be lost to the reader that comes next, and no binary format is read from one."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
+            return b""
         with open(path, "rb") as raw:
-            return raw.read(4) == b"PAR1"
+            return raw.read(4)
     except OSError:
-        return False  # the per-call path reports it
+        return b""  # the per-call path reports it
+
+
+def _is_parquet(path: str) -> bool:
+    """A Parquet file by its first bytes, as the readers detect it (``formats.table``)."""
+    return _head(path) == PARQUET_MAGIC
 
 
 def _nothing_read(stats: FileStats) -> str:
