@@ -18,9 +18,7 @@
 //! every file a second pass over its bytes.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::io::{self, BufReader, Read, Seek};
 
 use flate2::read::MultiGzDecoder;
 
@@ -209,17 +207,18 @@ fn resolve_result<'a>(
 /// Gzip's first bytes (`files.GZIP_MAGIC`): such a file is read through its decompression.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// Counts the bytes read through it: how far into a gzip file the reading is, for progress.
-struct Counted<R> {
-    inner: R,
-    count: Arc<AtomicU64>,
+/// A file as its lines are read from it: as it is, or through gzip's decompression.
+enum Source {
+    Plain(File),
+    Gzip(Box<MultiGzDecoder<BufReader<File>>>),
 }
 
-impl<R: Read> Read for Counted<R> {
+impl Read for Source {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let read = self.inner.read(buf)?;
-        self.count.fetch_add(read as u64, Ordering::Relaxed);
-        Ok(read)
+        match self {
+            Source::Plain(file) => file.read(buf),
+            Source::Gzip(decoder) => decoder.read(buf),
+        }
     }
 }
 
@@ -227,9 +226,7 @@ impl<R: Read> Read for Counted<R> {
 /// file (by its first bytes, as `files.Reader` tells it) decompressed, every member of it,
 /// as `gzip.GzipFile` reads it (a damaged one is an error, and the per-call path reports it).
 pub struct LineReader {
-    file: Box<dyn Read + Send>,
-    /// The compressed bytes read, for a gzip file.
-    compressed: Option<Arc<AtomicU64>>,
+    file: Source,
     /// Lines longer than this (its newline aside) may be refused with an error.
     max_line: usize,
     buffer: Vec<u8>,
@@ -245,31 +242,19 @@ impl LineReader {
     /// one may be an error).
     pub fn open(path: &str, max_line: usize) -> io::Result<LineReader> {
         let mut file = File::open(path)?;
-        let mut head = [0u8; 2];
-        let mut peeked = 0;
-        while peeked < head.len() {
-            match file.read(&mut head[peeked..]) {
-                Ok(0) => break,
-                Ok(n) => peeked += n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
-            }
-        }
-        file.seek(SeekFrom::Start(0))?;
-        let (file, compressed): (Box<dyn Read + Send>, _) = if head == GZIP_MAGIC {
-            let count = Arc::new(AtomicU64::new(0));
-            let counted = Counted {
-                inner: file,
-                count: count.clone(),
-            };
-            let decoder = MultiGzDecoder::new(BufReader::with_capacity(1 << 20, counted));
-            (Box::new(decoder), Some(count))
+        let mut head = Vec::with_capacity(GZIP_MAGIC.len());
+        (&mut file)
+            .take(GZIP_MAGIC.len() as u64)
+            .read_to_end(&mut head)?;
+        file.rewind()?;
+        let file = if head == GZIP_MAGIC {
+            let buffered = BufReader::with_capacity(1 << 20, file);
+            Source::Gzip(Box::new(MultiGzDecoder::new(buffered)))
         } else {
-            (Box::new(file), None)
+            Source::Plain(file)
         };
         Ok(LineReader {
             file,
-            compressed,
             max_line,
             buffer: vec![0; CHUNK],
             start: 0,
@@ -283,9 +268,12 @@ impl LineReader {
     /// gzip file, the compressed bytes read (what the progress bar measures, as the per-call
     /// path's does).
     pub fn progress(&self) -> u64 {
-        match &self.compressed {
-            Some(count) => count.load(Ordering::Relaxed),
-            None => self.position,
+        match &self.file {
+            Source::Plain(_) => self.position,
+            Source::Gzip(decoder) => {
+                let mut file: &File = decoder.get_ref().get_ref();
+                file.stream_position().unwrap_or(0)
+            }
         }
     }
 
@@ -441,14 +429,13 @@ impl EventsReplay {
             });
         }
         let default_run = std::mem::take(&mut self.default_run);
-        let outcome = self.call(
-            cold,
-            &fields,
-            &mut scratch,
-            &default_run,
-            line.len() as u64,
-            number,
-        );
+        // A call's line, or (no `tool`) an earlier call's result, as `Lines.feed` tells them.
+        let outcome = if fields.tool.is_none() && fields.result_of.is_some() {
+            self.result_line(cold, &fields, &mut scratch, &default_run, number)
+        } else {
+            let produced = line.len() as u64;
+            self.call(cold, &fields, &mut scratch, &default_run, produced, number)
+        };
         self.scratch = Some(scratch);
         self.default_run = default_run;
         outcome
@@ -463,9 +450,6 @@ impl EventsReplay {
         produced: u64,
         number: u64,
     ) -> Result<Result<(), Why>, C::Error> {
-        if fields.tool.is_none() && fields.result_of.is_some() {
-            return self.result_line(cold, fields, scratch, default_run, number);
-        }
         let call = match resolve(fields, scratch, default_run, number) {
             Ok(call) => call,
             Err(why) => return Ok(Err(why)),

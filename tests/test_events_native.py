@@ -557,6 +557,18 @@ def test_gzip_is_read_natively_as_the_per_call_path_reads_it(
     assert native == reference
     assert taken == [fine, members]
     assert native[0]["summary"]["steps"] >= 600
+    # Progress is told in the file's own bytes, compressed ones (the per-call path's too),
+    # and the lines' position in what they decompress to.
+    from tripwire import _core
+
+    told: list[int] = []
+    core = _core.EventsReplay(
+        Settings().guard(), observe=True, prices=lambda m: (3.0, 15.0, 0.3, 3.75),
+        sink=lambda *batch: told.append(batch[3]), default_run="f", max_open=10,
+        max_evicted=10, line_limit=1 << 20,
+    )  # fmt: skip
+    assert core.replay(fine) is None
+    assert told[-1] == len(whole) and core.position == len(text)
 
 
 def test_a_pipe_is_left_to_the_per_call_path(tmp_path: Path) -> None:
