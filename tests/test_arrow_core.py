@@ -29,12 +29,12 @@ pa = pytest.importorskip("pyarrow", reason="pyarrow (tripwire[parquet]) not inst
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-@pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The files and streams the native path replayed."""
+def spy_native(monkeypatch: pytest.MonkeyPatch, module: Any, *names: str) -> list[str]:
+    """The paths of the files (or streams) that ``module``'s native replays ``names`` took
+    (they return ``None`` for what they leave to the per-call path), as they take them."""
     found: list[str] = []
-    for name in ("replay_parquet", "replay_stream"):
-        real = getattr(arrow_core, name)
+    for name in names:
+        real = getattr(module, name)
 
         def spy(*args: Any, _real: Any = real, **kwargs: Any) -> Any:
             stats = _real(*args, **kwargs)
@@ -42,8 +42,14 @@ def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
                 found.append(stats.path)
             return stats
 
-        monkeypatch.setattr(arrow_core, name, spy)
+        monkeypatch.setattr(module, name, spy)
     return found
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files and streams the native path replayed."""
+    return spy_native(monkeypatch, arrow_core, "replay_parquet", "replay_stream")
 
 
 def per_call(monkeypatch: pytest.MonkeyPatch) -> None:

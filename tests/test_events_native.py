@@ -19,7 +19,7 @@ import pytest
 import tripwire
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_arrow_core import SETTINGS  # the default, hash-only, policies, thresholds
+from test_arrow_core import SETTINGS, spy_native  # SETTINGS: default, hash-only, policies
 from test_replay_fleet import cli, fleet_generator
 from tripwire.replay import Settings, events_core, render, replay, simulate, to_json
 from tripwire.replay.formats import files as files_module
@@ -32,17 +32,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files the native path replayed."""
-    found: list[str] = []
-    real = events_core.replay_events
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        stats = real(*args, **kwargs)
-        if stats is not None:
-            found.append(stats.path)
-        return stats
-
-    monkeypatch.setattr(events_core, "replay_events", spy)
-    return found
+    return spy_native(monkeypatch, events_core, "replay_events")
 
 
 def both(monkeypatch: pytest.MonkeyPatch, paths: list[str], **kwargs: Any) -> tuple[Any, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import tripwire
+from test_arrow_core import spy_native
 from tripwire.cli import main
 from tripwire.replay import arrow_core, cluster
 
@@ -114,17 +115,7 @@ def native_fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], A
 @pytest.fixture
 def native_replays(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The stretches ``replay_calls`` gave the native core (in this process), by source."""
-    taken: list[str] = []
-    real = arrow_core.replay_stream
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        stats = real(*args, **kwargs)
-        if stats is not None:
-            taken.append(stats.path)
-        return stats
-
-    monkeypatch.setattr(arrow_core, "replay_stream", spy)
-    return taken
+    return spy_native(monkeypatch, arrow_core, "replay_stream")
 
 
 def _collect(dataset: Any) -> Any:
